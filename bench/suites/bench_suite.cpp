@@ -1,0 +1,84 @@
+#include "bench/suites/bench_suite.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace lmcore::bench {
+
+double time_median(const std::function<void()>& fn, int repeats, double max_seconds) {
+  using clock = std::chrono::steady_clock;
+  fn();  // warm-up: page faults, thread pool start, caches
+  std::vector<double> times;
+  const auto start = clock::now();
+  for (int i = 0; i < std::max(repeats, 1); ++i) {
+    const auto t0 = clock::now();
+    fn();
+    times.push_back(std::chrono::duration<double>(clock::now() - t0).count());
+    if (std::chrono::duration<double>(clock::now() - start).count() > max_seconds) break;
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+namespace {
+
+std::string cell_text(const nlohmann::json& cell) {
+  if (cell.is_string()) return cell.get<std::string>();
+  if (cell.is_number_integer()) return fmt::format("{}", cell.get<long long>());
+  if (cell.is_number_float()) {
+    const double v = cell.get<double>();
+    const double a = v < 0 ? -v : v;
+    if (a != 0 && (a >= 1e6 || a < 1e-3)) return fmt::format("{:.3e}", v);
+    if (a >= 100) return fmt::format("{:.1f}", v);
+    return fmt::format("{:.3f}", v);
+  }
+  if (cell.is_null()) return "-";
+  return cell.dump();
+}
+
+}  // namespace
+
+std::string format_tables(const std::vector<BenchTable>& tables) {
+  std::string out;
+  for (const auto& t : tables) {
+    std::vector<std::size_t> width(t.columns.size(), 0);
+    for (std::size_t c = 0; c < t.columns.size(); ++c) width[c] = t.columns[c].size();
+    std::vector<std::vector<std::string>> text;
+    for (const auto& row : t.rows) {
+      std::vector<std::string> r;
+      for (std::size_t c = 0; c < row.size() && c < width.size(); ++c) {
+        r.push_back(cell_text(row[c]));
+        width[c] = std::max(width[c], r.back().size());
+      }
+      text.push_back(std::move(r));
+    }
+    out += fmt::format("== {} ==\n", t.title);
+    for (std::size_t c = 0; c < t.columns.size(); ++c)
+      out += fmt::format("{}{:>{}}", c ? "  " : "", t.columns[c], width[c]);
+    out += "\n";
+    for (const auto& r : text) {
+      for (std::size_t c = 0; c < r.size(); ++c) out += fmt::format("{}{:>{}}", c ? "  " : "", r[c], width[c]);
+      out += "\n";
+    }
+    for (const auto& n : t.notes) out += "  " + n + "\n";
+    out += "\n";
+  }
+  return out;
+}
+
+nlohmann::json tables_to_json(const std::vector<BenchTable>& tables) {
+  nlohmann::json arr = nlohmann::json::array();
+  for (const auto& t : tables) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& row : t.rows) {
+      nlohmann::json obj = nlohmann::json::object();
+      for (std::size_t c = 0; c < row.size() && c < t.columns.size(); ++c) obj[t.columns[c]] = row[c];
+      rows.push_back(obj);
+    }
+    arr.push_back({{"title", t.title}, {"columns", t.columns}, {"rows", rows}, {"notes", t.notes}});
+  }
+  return arr;
+}
+
+}  // namespace lmcore::bench

@@ -1,0 +1,44 @@
+// The `lmcore bench` framework: each suite measures and returns tables; the CLI prints them as text
+// or JSON. A suite lives in bench/suites/<name>.cpp and is listed in registry.cpp.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace lmcore::bench {
+
+struct BenchOptions {
+  bool quick = false;              // a short subset, for `lmcore bench --quick`
+  std::vector<std::string> args;   // extra arguments after the suite name
+};
+
+// One table: a title, column names, rows of cells (numbers or strings), and notes printed below.
+struct BenchTable {
+  std::string title;
+  std::vector<std::string> columns;
+  std::vector<std::vector<nlohmann::json>> rows;
+  std::vector<std::string> notes;
+};
+
+struct BenchSuite {
+  std::string name;
+  std::string description;
+  std::function<std::vector<BenchTable>(const BenchOptions&)> run;
+};
+
+// Every suite, in the order `lmcore bench --quick` runs them.
+const std::vector<BenchSuite>& all_suites();
+
+// Prints tables as aligned text, or as a JSON array of {title, columns, rows, notes}.
+std::string format_tables(const std::vector<BenchTable>& tables);
+nlohmann::json tables_to_json(const std::vector<BenchTable>& tables);
+
+// Median wall time in seconds of `fn` over `repeats` runs after one warm-up run; stops early once
+// `max_seconds` have been spent (still at least one timed run).
+double time_median(const std::function<void()>& fn, int repeats, double max_seconds = 10.0);
+
+}  // namespace lmcore::bench

@@ -1,0 +1,15 @@
+// The list of `lmcore bench` suites. Each suite's run function lives in bench/suites/<name>.cpp.
+#include "bench/suites/bench_suite.h"
+
+namespace lmcore::bench {
+
+std::vector<BenchTable> run_core_suite(const BenchOptions& options);
+
+const std::vector<BenchSuite>& all_suites() {
+  static const std::vector<BenchSuite> suites = {
+      {"core", "tensor core: sgemm GFLOPS, cast, sum, sort, embedding backward", run_core_suite},
+  };
+  return suites;
+}
+
+}  // namespace lmcore::bench

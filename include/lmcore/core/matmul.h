@@ -1,0 +1,31 @@
+// lmcore/core/matmul.h — matrix products through CBLAS (OpenBLAS).
+//
+// matmul(a, b) follows torch.matmul: 1-D operands are promoted and the added dim removed afterwards;
+// for >= 2-D operands the leading (batch) dims broadcast: a [..., M, K] @ b [..., K, N] -> [..., M, N].
+// f32 and f64 call sgemm/dgemm on the operands as they are when their strides allow it (transposed
+// views need no copy); bf16 and f16 are widened to f32, multiplied with f32 accumulation, and rounded
+// once to the input dtype.
+#pragma once
+
+#include <cstdint>
+
+#include "lmcore/core/tensor.h"
+
+namespace lmcore {
+
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// Triple-loop matmul in f64 accumulation, the reference matmul's tests compare against.
+Tensor matmul_reference(const Tensor& a, const Tensor& b);
+
+// Row-major C[M, N] = alpha * op(A) @ op(B) + beta * C, with op(X) = X or X^T. A thin wrapper over
+// cblas_sgemm for kernels (attention, loss) that manage their own buffers. lda/ldb/ldc are the row
+// strides in elements of A, B and C as stored.
+void gemm_f32(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+              const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+              std::int64_t ldc);
+void gemm_f64(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
+              const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double beta, double* c,
+              std::int64_t ldc);
+
+}  // namespace lmcore

@@ -1,0 +1,17 @@
+// lmcore/core/runtime_info.h — what this process runs on: SIMD target, BLAS library and threads.
+#pragma once
+
+#include <string>
+
+namespace lmcore {
+
+// The Highway target that dynamic dispatch picks on this CPU, e.g. "AVX2" or "AVX3".
+std::string simd_target_name();
+// Every Highway target compiled in that this CPU supports, best first, e.g. "AVX3 AVX2 SSE4".
+std::string simd_supported_targets();
+// The BLAS library's self-description (OpenBLAS: its config string and core name).
+std::string blas_info();
+// Threads the BLAS library uses.
+int blas_num_threads();
+
+}  // namespace lmcore

@@ -1,0 +1,26 @@
+// The `lmcore` Python module. Each part binds its API in python/bind_<part>.cpp.
+#include <pybind11/pybind11.h>
+
+#include "lmcore/core/error.h"
+#include "lmcore/version.h"
+
+namespace py = pybind11;
+
+namespace lmcore::python {
+void bind_core(py::module_& m);
+}  // namespace lmcore::python
+
+PYBIND11_MODULE(lmcore, m) {
+  m.doc() = "lmcore: LLM training kernels, checkpoint I/O and collectives in C++";
+  m.attr("__version__") = LMCORE_VERSION_STRING;
+  // lmcore::Error becomes lmcore.Error, a ValueError (bad input is what it reports).
+  static py::exception<lmcore::Error> error(m, "Error", PyExc_ValueError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const lmcore::Error& e) {
+      PyErr_SetString(error.ptr(), e.what());
+    }
+  });
+  lmcore::python::bind_core(m);
+}

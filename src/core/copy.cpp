@@ -1,0 +1,92 @@
+#include "lmcore/core/copy.h"
+
+#include <cstring>
+#include <limits>
+
+#include "lmcore/core/internal/strided_loop.h"
+#include "src/core/cast_kernels.h"
+
+namespace lmcore {
+namespace {
+
+void check_copy_args(const Tensor& src, const Tensor& dst, const char* op) {
+  LMCORE_CHECK(src.defined(), "{}: argument 'src' is undefined", op);
+  LMCORE_CHECK(dst.defined(), "{}: argument 'dst' is undefined", op);
+  const Shape b = broadcast_shapes(src.shape(), dst.shape(), op);
+  LMCORE_CHECK(b == dst.shape(), "{}: src of shape {} does not broadcast to dst of shape {}", op,
+               shape_str(src.shape()), shape_str(dst.shape()));
+}
+
+// src's strides seen through dst's shape: 0 on broadcast dims.
+Shape broadcast_strides(const Tensor& src, const Shape& shape) {
+  Shape st(shape.size(), 0);
+  const std::size_t lead = shape.size() - src.shape().size();
+  for (std::size_t i = 0; i < src.shape().size(); ++i)
+    st[lead + i] = src.shape()[i] == 1 ? 0 : src.strides()[i];
+  return st;
+}
+
+}  // namespace
+
+void copy_cast(const Tensor& src, Tensor& dst) {
+  check_copy_args(src, dst, "copy_cast");
+  const Shape src_strides = broadcast_strides(src, dst.shape());
+  const std::array<std::size_t, 2> itemsizes{dst.itemsize(), src.itemsize()};
+  auto* dst_base = static_cast<std::byte*>(dst.data_ptr());
+  auto* src_base = static_cast<std::byte*>(src.data_ptr());
+  visit_dtype(src.dtype(), [&](auto src_tag) {
+    using S = typename decltype(src_tag)::type;
+    visit_dtype(dst.dtype(), [&](auto dst_tag) {
+      using D = typename decltype(dst_tag)::type;
+      internal::for_each_row<2>(
+          dst.shape(), {dst.strides(), src_strides}, {dst_base, src_base}, itemsizes,
+          [](std::array<std::byte*, 2> p, std::int64_t n, std::array<std::int64_t, 2> step) {
+            if (step[0] == static_cast<std::int64_t>(sizeof(D)) && step[1] == static_cast<std::int64_t>(sizeof(S))) {
+              // Both dense: memcpy for a plain copy, a vector kernel where one exists.
+              if constexpr (std::is_same_v<D, S>) {
+                std::memcpy(p[0], p[1], static_cast<std::size_t>(n) * sizeof(D));
+              } else {
+                cast_contiguous<D, S>(reinterpret_cast<D*>(p[0]), reinterpret_cast<const S*>(p[1]), n);
+              }
+              return;
+            }
+            for (std::int64_t i = 0; i < n; ++i) {
+              S v;
+              std::memcpy(&v, p[1] + i * step[1], sizeof(S));
+              const D out = detail::cast_element<D>(v);
+              std::memcpy(p[0] + i * step[0], &out, sizeof(D));
+            }
+          });
+    });
+  });
+}
+
+void copy_cast_reference(const Tensor& src, Tensor& dst) {
+  check_copy_args(src, dst, "copy_cast_reference");
+  const Shape src_strides = broadcast_strides(src, dst.shape());
+  const std::int64_t n = dst.numel();
+  const std::int64_t nd = dst.dim();
+  Shape idx(nd, 0);
+  visit_dtype(src.dtype(), [&](auto src_tag) {
+    using S = typename decltype(src_tag)::type;
+    visit_dtype(dst.dtype(), [&](auto dst_tag) {
+      using D = typename decltype(dst_tag)::type;
+      const auto* sp = static_cast<const S*>(src.data_ptr());
+      auto* dp = static_cast<D*>(dst.data_ptr());
+      for (std::int64_t e = 0; e < n; ++e) {
+        std::int64_t so = 0, dof = 0;
+        for (std::int64_t d = 0; d < nd; ++d) {
+          so += idx[d] * src_strides[d];
+          dof += idx[d] * dst.strides()[d];
+        }
+        dp[dof] = detail::cast_element<D>(sp[so]);
+        for (std::int64_t d = nd - 1; d >= 0; --d) {
+          if (++idx[d] < dst.shape()[d]) break;
+          idx[d] = 0;
+        }
+      }
+    });
+  });
+}
+
+}  // namespace lmcore

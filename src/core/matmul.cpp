@@ -1,0 +1,155 @@
+#include "lmcore/core/matmul.h"
+
+#include <cblas.h>
+
+#include "lmcore/core/parallel.h"
+
+namespace lmcore {
+
+void gemm_f32(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+              const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+              std::int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
+              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+}
+
+void gemm_f64(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
+              const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double beta, double* c,
+              std::int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
+              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+}
+
+namespace {
+
+struct MatmulPlan {
+  Shape batch;     // broadcast batch shape
+  Tensor a, b;     // expanded to batch + [M, K] / batch + [K, N]
+  std::int64_t m, n, k;
+  bool squeeze_m = false, squeeze_n = false;
+};
+
+MatmulPlan plan(const Tensor& a_in, const Tensor& b_in, const char* op) {
+  LMCORE_CHECK(a_in.defined() && b_in.defined(), "{}: operands must be defined", op);
+  LMCORE_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1, "{}: operands must have at least 1 dim, found {} and {}", op,
+               a_in.dim(), b_in.dim());
+  LMCORE_CHECK(a_in.dtype() == b_in.dtype(), "{}: operands must have the same dtype, found {} and {}", op,
+               a_in.dtype(), b_in.dtype());
+  const DType dt = a_in.dtype();
+  LMCORE_CHECK(dt == DType::f32 || dt == DType::f64 || dt == DType::bf16 || dt == DType::f16,
+               "{}: expected dtype f32, f64, bf16 or f16, found {}", op, dt);
+  MatmulPlan p;
+  Tensor a = a_in, b = b_in;
+  if (a.dim() == 1) { a = a.unsqueeze(0); p.squeeze_m = true; }
+  if (b.dim() == 1) { b = b.unsqueeze(1); p.squeeze_n = true; }
+  p.m = a.size(-2);
+  p.k = a.size(-1);
+  p.n = b.size(-1);
+  LMCORE_CHECK(b.size(-2) == p.k, "{}: inner dimensions differ: a is {} and b is {} ({} vs {})", op,
+               shape_str(a_in.shape()), shape_str(b_in.shape()), p.k, b.size(-2));
+  const Shape ab(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+  p.batch = broadcast_shapes(ab, bb, op);
+  Shape ea = p.batch, eb = p.batch;
+  ea.insert(ea.end(), {p.m, p.k});
+  eb.insert(eb.end(), {p.k, p.n});
+  p.a = a.expand(ea);
+  p.b = b.expand(eb);
+  return p;
+}
+
+// Makes a 2-D f32/f64 matrix usable by BLAS: returns (tensor, transposed, leading dim).
+struct BlasOperand {
+  Tensor t;
+  bool trans;
+  std::int64_t ld;
+};
+
+BlasOperand blas_operand(const Tensor& x) {
+  const std::int64_t rows = x.size(0), cols = x.size(1);
+  if (x.stride(1) == 1 && x.stride(0) >= std::max<std::int64_t>(cols, 1)) return {x, false, x.stride(0)};
+  if (x.stride(0) == 1 && x.stride(1) >= std::max<std::int64_t>(rows, 1)) return {x, true, x.stride(1)};
+  Tensor c = x.clone();
+  return {c, false, std::max<std::int64_t>(cols, 1)};
+}
+
+Shape output_shape(const MatmulPlan& p) {
+  Shape out = p.batch;
+  if (!p.squeeze_m) out.push_back(p.m);
+  if (!p.squeeze_n) out.push_back(p.n);
+  return out;
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  MatmulPlan p = plan(a_in, b_in, "matmul");
+  const DType dt = a_in.dtype();
+  const DType compute = dt == DType::f64 ? DType::f64 : DType::f32;
+  Shape full = p.batch;
+  full.insert(full.end(), {p.m, p.n});
+  Tensor out = Tensor::empty(full, compute);
+  const std::int64_t batches = checked_numel(p.batch, "matmul");
+  // Low precision: widen once (f32 accumulation), then round the result once.
+  Tensor a = dt == compute ? p.a : p.a.to(compute);
+  Tensor b = dt == compute ? p.b : p.b.to(compute);
+  const Tensor out3 = out.view({batches, p.m, p.n});
+  auto batch_view = [&](const Tensor& x, std::int64_t i) {
+    // Index the broadcast batch dims of x with flat batch index i.
+    Tensor v = x;
+    std::int64_t rem = i;
+    for (std::int64_t d = static_cast<std::int64_t>(p.batch.size()) - 1; d >= 0; --d) {
+      const std::int64_t idx = rem % p.batch[d];
+      rem /= p.batch[d];
+      v = v.select(d, idx);
+    }
+    return v;
+  };
+  // Batches run one after another: each sgemm already uses every BLAS thread.
+  for (std::int64_t i = 0; i < batches; ++i) {
+    const BlasOperand A = blas_operand(batch_view(a, i));
+    const BlasOperand B = blas_operand(batch_view(b, i));
+    const Tensor C = out3.select(0, i);
+    if (compute == DType::f32) {
+      if (p.k == 0) { Tensor c = C; c.zero_(); continue; }
+      gemm_f32(A.trans, B.trans, p.m, p.n, p.k, 1.0f, static_cast<const float*>(A.t.data_ptr()), A.ld,
+               static_cast<const float*>(B.t.data_ptr()), B.ld, 0.0f, static_cast<float*>(C.data_ptr()),
+               std::max<std::int64_t>(p.n, 1));
+    } else {
+      if (p.k == 0) { Tensor c = C; c.zero_(); continue; }
+      gemm_f64(A.trans, B.trans, p.m, p.n, p.k, 1.0, static_cast<const double*>(A.t.data_ptr()), A.ld,
+               static_cast<const double*>(B.t.data_ptr()), B.ld, 0.0, static_cast<double*>(C.data_ptr()),
+               std::max<std::int64_t>(p.n, 1));
+    }
+  }
+  Tensor result = dt == compute ? out : out.to(dt);
+  return result.view(output_shape(p));
+}
+
+Tensor matmul_reference(const Tensor& a_in, const Tensor& b_in) {
+  MatmulPlan p = plan(a_in, b_in, "matmul_reference");
+  Shape full = p.batch;
+  full.insert(full.end(), {p.m, p.n});
+  Tensor out = Tensor::empty(full, a_in.dtype());
+  const std::int64_t batches = checked_numel(p.batch, "matmul_reference");
+  Tensor a = p.a.to(DType::f64).contiguous().reshape({batches, p.m, p.k});
+  Tensor b = p.b.to(DType::f64).contiguous().reshape({batches, p.k, p.n});
+  Tensor c = Tensor::empty({batches, p.m, p.n}, DType::f64);
+  const double* A = a.data<double>();
+  const double* B = b.data<double>();
+  double* C = c.data<double>();
+  for (std::int64_t i = 0; i < batches; ++i)
+    for (std::int64_t r = 0; r < p.m; ++r)
+      for (std::int64_t col = 0; col < p.n; ++col) {
+        double acc = 0;
+        for (std::int64_t t = 0; t < p.k; ++t) acc += A[(i * p.m + r) * p.k + t] * B[(i * p.k + t) * p.n + col];
+        C[(i * p.m + r) * p.n + col] = acc;
+      }
+  out.copy_(c.view(full));
+  return out.view(output_shape(p));
+}
+
+}  // namespace lmcore

@@ -1,0 +1,176 @@
+// A small fixed thread pool. One job runs at a time (callers serialise on a mutex); the calling thread
+// takes chunks too, so num_threads() == 1 never touches the pool.
+#include "lmcore/core/parallel.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "lmcore/core/error.h"
+
+namespace lmcore {
+namespace {
+
+thread_local bool t_in_parallel = false;
+
+int default_threads() {
+  if (const char* env = std::getenv("LMCORE_NUM_THREADS"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const long n = std::strtol(env, &end, 10);
+    if (end != nullptr && *end == '\0' && n >= 1 && n <= 4096) return static_cast<int>(n);
+    fail("LMCORE_NUM_THREADS: expected an integer >= 1, found '{}'", env);
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int threads) : threads_(threads) {}
+  ~ThreadPool() { stop_workers(); }
+
+  int threads() const { return threads_; }
+
+  void resize(int threads) {
+    std::lock_guard<std::mutex> job_lock(job_mutex_);
+    stop_workers();
+    threads_ = threads;
+  }
+
+  void run(std::int64_t chunks, const std::function<void(std::int64_t)>& chunk_fn) {
+    std::lock_guard<std::mutex> job_lock(job_mutex_);
+    start_workers();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      job_ = &chunk_fn;
+      total_ = chunks;
+      next_.store(0);
+      done_ = 0;
+      error_ = nullptr;
+      ++generation_;
+    }
+    wake_.notify_all();
+    work_on_current_job();
+    std::unique_lock<std::mutex> lock(mutex_);
+    // Wait for every chunk and for every worker to leave the job, so the next job cannot be mixed up
+    // with a straggler of this one.
+    finished_.wait(lock, [&] { return done_ == total_ && active_ == 0; });
+    job_ = nullptr;
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void start_workers() {
+    if (!workers_.empty() || threads_ <= 1) return;
+    stopping_ = false;
+    for (int i = 1; i < threads_; ++i) workers_.emplace_back([this] { worker_loop(); });
+  }
+
+  void stop_workers() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    for (auto& w : workers_) w.join();
+    workers_.clear();
+  }
+
+  void worker_loop() {
+    std::uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+        if (stopping_) return;
+        seen = generation_;
+      }
+      work_on_current_job();
+    }
+  }
+
+  void work_on_current_job() {
+    const std::function<void(std::int64_t)>* job;
+    std::int64_t total;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      job = job_;
+      total = total_;
+      if (job == nullptr) return;
+      ++active_;
+    }
+    t_in_parallel = true;
+    std::int64_t finished_here = 0;
+    for (std::int64_t c = next_.fetch_add(1); c < total; c = next_.fetch_add(1)) {
+      try {
+        (*job)(c);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!error_) error_ = std::current_exception();
+      }
+      ++finished_here;
+    }
+    t_in_parallel = false;
+    std::lock_guard<std::mutex> lock(mutex_);
+    done_ += finished_here;
+    --active_;
+    if (done_ == total_ && active_ == 0) finished_.notify_all();
+  }
+
+  int threads_;
+  std::mutex job_mutex_;  // one job at a time
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable finished_;
+  std::vector<std::thread> workers_;
+  const std::function<void(std::int64_t)>* job_ = nullptr;
+  std::int64_t total_ = 0;
+  std::atomic<std::int64_t> next_{0};
+  std::int64_t done_ = 0;
+  int active_ = 0;  // threads inside work_on_current_job
+  std::uint64_t generation_ = 0;
+  bool stopping_ = false;
+  std::exception_ptr error_;
+};
+
+ThreadPool& pool() {
+  static ThreadPool instance(default_threads());
+  return instance;
+}
+
+}  // namespace
+
+int num_threads() { return pool().threads(); }
+
+void set_num_threads(int n) {
+  LMCORE_CHECK(n >= 1, "set_num_threads: expected n >= 1, found {}", n);
+  pool().resize(n);
+}
+
+bool in_parallel_region() { return t_in_parallel; }
+
+void parallel_for(std::int64_t begin, std::int64_t end, std::int64_t grain,
+                  const std::function<void(std::int64_t, std::int64_t)>& fn) {
+  if (end <= begin) return;
+  const std::int64_t n = end - begin;
+  grain = std::max<std::int64_t>(grain, 1);
+  const std::int64_t threads = t_in_parallel ? 1 : num_threads();
+  const std::int64_t chunks = std::min<std::int64_t>(threads, (n + grain - 1) / grain);
+  if (chunks <= 1) {
+    fn(begin, end);
+    return;
+  }
+  // Static, even split: chunk c covers [begin + c*n/chunks, begin + (c+1)*n/chunks).
+  pool().run(chunks, [&](std::int64_t c) {
+    const std::int64_t lo = begin + c * n / chunks;
+    const std::int64_t hi = begin + (c + 1) * n / chunks;
+    fn(lo, hi);
+  });
+}
+
+}  // namespace lmcore

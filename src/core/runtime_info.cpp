@@ -1,0 +1,41 @@
+#include "lmcore/core/runtime_info.h"
+
+#include <cstdint>
+
+#include <fmt/format.h>
+#include <hwy/highway.h>
+#include <hwy/targets.h>
+
+extern "C" {
+char* openblas_get_config(void);
+char* openblas_get_corename(void);
+int openblas_get_num_threads(void);
+}
+
+namespace lmcore {
+
+namespace {
+// Targets compiled in and supported here; lower bits are the newer, wider targets.
+std::int64_t usable_targets() { return hwy::SupportedTargets() & HWY_TARGETS; }
+}  // namespace
+
+std::string simd_target_name() {
+  const std::int64_t targets = usable_targets();
+  if (targets == 0) return "none";
+  return hwy::TargetName(targets & -targets);  // the lowest set bit: what HWY_DYNAMIC_DISPATCH picks
+}
+
+std::string simd_supported_targets() {
+  std::string out;
+  for (std::int64_t t = usable_targets(); t != 0; t &= t - 1) {
+    if (!out.empty()) out += ' ';
+    out += hwy::TargetName(t & -t);
+  }
+  return out;
+}
+
+std::string blas_info() { return fmt::format("{} (core {})", openblas_get_config(), openblas_get_corename()); }
+
+int blas_num_threads() { return openblas_get_num_threads(); }
+
+}  // namespace lmcore

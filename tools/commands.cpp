@@ -1,0 +1,13 @@
+#include "tools/command.h"
+
+namespace lmcore::cli {
+
+const std::vector<Command>& all_commands() {
+  static const std::vector<Command> commands = {
+      {"info", "version, compiler, SIMD target, BLAS and thread counts, parts built", run_info},
+      {"bench", "benchmark tables: lmcore bench [--quick] [--json] [SUITE...]", run_bench},
+  };
+  return commands;
+}
+
+}  // namespace lmcore::cli
