@@ -1,0 +1,81 @@
+// lmcore/loss/linear_cross_entropy.h — the final projection fused with cross-entropy: the
+// [N x V] logits never exist.
+//
+//   LossOptions opt;                 // see cross_entropy.h for every option and the exact definition
+//   opt.label_smoothing = 0.1;
+//   opt.z_loss = 1e-4;
+//   Tensor d_weight = Tensor::zeros({V, H}, DType::f32);      // gradients are ADDED into it
+//   LinearCrossEntropyOutput out = linear_cross_entropy_with_grad(hidden, weight, target, opt,
+//                                                                  Tensor::full({}, 1.0, DType::f32),
+//                                                                  d_weight, /*d_bias=*/Tensor());
+//   // out.loss, out.z_loss, out.lse, out.d_hidden
+//
+// Shapes: hidden [N, H], weight [V, H] (the nn.Linear layout, possibly tied to an embedding), target
+// [N] i64, bias and class weights [V]. logits = hidden @ weight^T + bias, then softcap, then the loss.
+//
+// How: the tokens are cut into tiles of T rows and the vocabulary into chunks of C columns; each
+// [T x C] tile of logits comes from one sgemm (dgemm for f64 accumulation) and is folded into a
+// running (online) logsumexp per token, together with the target logit and the class-weighted logit
+// sum that label smoothing needs. The backward recomputes a tile, turns it into d_logits in place
+// and adds d_logits @ W_chunk into d_hidden and d_logits^T @ hidden_tile into d_weight. When a tile
+// spans the whole vocabulary (C = V), the _with_grad entry point does forward and backward from one
+// computation of the tile (3 GEMMs, as the unfused path); otherwise it makes two passes (4 GEMMs).
+//
+// Memory: with chunk_size = token_tile = 0 the tiling is picked from options.memory_budget: the
+// whole vocabulary per tile with T = budget / (V * 4) rows when that is at least 64 rows, otherwise
+// T = 64 and C = budget / (64 * 4). Extra memory is then about the budget whatever V is, plus, for
+// bf16/f16 inputs, f32 copies of a tile of hidden and of a panel of weight rows (also bounded), plus
+// an f32 [V, H] accumulator only when d_weight is not itself f32 (pass an f32 d_weight to avoid it).
+//
+// Precision: every GEMM and reduction runs in options.accumulate (f32 or f64); d_weight is summed
+// over all tokens in that type and rounded once into d_weight (bf16 inputs never accumulate in bf16).
+#pragma once
+
+#include "lmcore/core/tensor.h"
+#include "lmcore/loss/cross_entropy.h"
+
+namespace lmcore {
+
+// LossResult plus the input gradient.
+struct LinearCrossEntropyOutput {
+  Tensor loss;      // as LossResult
+  Tensor z_loss;
+  Tensor lse;
+  Tensor d_hidden;  // [N, H] in hidden's dtype
+};
+
+// ---- fused path ----
+
+// Forward only.
+LossResult linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& target,
+                                const LossOptions& options);
+
+// Backward: returns d_hidden [N, H] (hidden's dtype) and ADDS d_loss/d_weight into d_weight [V, H]
+// and d_loss/d_bias into d_bias [V] when they are defined (any float dtype; skipped when undefined).
+// grad_loss: scalar for mean/sum, [N] for none. lse: the forward's, recomputed when undefined.
+Tensor linear_cross_entropy_backward(const Tensor& hidden, const Tensor& weight, const Tensor& target,
+                                     const Tensor& grad_loss, const LossOptions& options,
+                                     const Tensor& lse, Tensor d_weight, Tensor d_bias);
+
+// Forward and backward in one call (one pass over the vocabulary when a tile spans it). grad_loss
+// must be known in advance (1 for a plain mean). Same accumulation rules as the backward.
+LinearCrossEntropyOutput linear_cross_entropy_with_grad(const Tensor& hidden, const Tensor& weight,
+                                                        const Tensor& target, const LossOptions& options,
+                                                        const Tensor& grad_loss, Tensor d_weight,
+                                                        Tensor d_bias);
+
+// ---- unfused path (reference and baseline) ----
+// logits = matmul(hidden, weight^T) [N, V] in the input dtype (+ bias), then cross_entropy; the
+// backward materialises d_logits [N, V] and uses two matmuls. Same options and results.
+
+LossResult linear_cross_entropy_unfused(const Tensor& hidden, const Tensor& weight, const Tensor& target,
+                                        const LossOptions& options);
+
+// Forward then backward, keeping the logits alive in between as autograd would.
+LinearCrossEntropyOutput linear_cross_entropy_unfused_with_grad(const Tensor& hidden, const Tensor& weight,
+                                                                const Tensor& target,
+                                                                const LossOptions& options,
+                                                                const Tensor& grad_loss, Tensor d_weight,
+                                                                Tensor d_bias);
+
+}  // namespace lmcore

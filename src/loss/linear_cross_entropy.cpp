@@ -1,0 +1,348 @@
+// The fused linear cross-entropy: tiles of logits from sgemm/dgemm, folded into a running logsumexp
+// per token, and the backward from recomputed tiles. See include/lmcore/loss/linear_cross_entropy.h.
+//
+// Buffers (T rows per token tile, C vocabulary columns per chunk, P weight rows per panel):
+//   tile   [T, C]  logits, then d_logits in place
+//   hrows  [T, H]  the tile's hidden rows in Acc (only when hidden is not Acc or not row-contiguous)
+//   wpanel [P, H]  weight rows in Acc (only when weight is not Acc or not row-contiguous)
+//   dh     [T, H]  d_hidden of the tile in Acc (only when hidden is not Acc)
+//   dw     [V, H]  d_weight in Acc (only when the caller's d_weight is not Acc or not row-contiguous)
+#include "lmcore/loss/linear_cross_entropy.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "lmcore/core/copy.h"
+#include "lmcore/core/matmul.h"
+#include "lmcore/core/parallel.h"
+#include "src/loss/loss_common.h"
+#include "src/loss/tiling.h"
+
+namespace lmcore {
+
+namespace {
+
+using loss_detail::Buffer;
+using loss_detail::LossSetup;
+using loss_detail::RowStats;
+
+template <typename Acc>
+void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const Acc* a, std::int64_t lda,
+          const Acc* b, std::int64_t ldb, Acc beta, Acc* c, std::int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // BLAS leaves C untouched for k = 0 on some builds; the product is zero.
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == Acc(0) ? Acc(0) : c[i * ldc + j] * beta;
+    return;
+  }
+  if constexpr (std::is_same_v<Acc, float>) gemm_f32(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+  else gemm_f64(ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
+}
+
+// A 2-D [rows, H] operand read as Acc rows: directly when it already is Acc with unit column
+// stride, else through a conversion buffer.
+template <typename Acc>
+class RowSource {
+ public:
+  RowSource(const Tensor& t, std::int64_t max_rows)
+      : t_(t), direct_(t.dtype() == dtype_of<Acc> && (t.stride(1) == 1 || t.size(1) <= 1)) {
+    if (!direct_ && max_rows > 0) buf_ = Buffer<Acc>(max_rows * std::max<std::int64_t>(t.size(1), 1));
+  }
+  // Rows [r0, r0 + n) as a row-major block; *ld receives the row stride.
+  const Acc* rows(std::int64_t r0, std::int64_t n, std::int64_t* ld) {
+    const std::int64_t h = t_.size(1);
+    if (direct_) {
+      *ld = std::max<std::int64_t>(t_.stride(0), std::max<std::int64_t>(h, 1));
+      return t_.data<Acc>() + r0 * t_.stride(0);
+    }
+    Tensor dst = buf_.tensor.narrow(0, 0, n * h).view({n, h});
+    copy_cast(t_.narrow(0, r0, n), dst);
+    *ld = std::max<std::int64_t>(h, 1);
+    return buf_.data();
+  }
+
+ private:
+  const Tensor& t_;
+  bool direct_;
+  Buffer<Acc> buf_;
+};
+
+template <typename Acc>
+struct GradSinks {
+  Acc* dh = nullptr;  // [T, H] of the current tile, ld H
+  Acc* dw = nullptr;  // [V, H], ld dw_ld
+  std::int64_t dw_ld = 0;
+  Acc* db = nullptr;  // [V]
+};
+
+template <typename Acc>
+class FusedLce {
+ public:
+  FusedLce(const Tensor& hidden, const Tensor& weight, const LossSetup<Acc>& S, const loss_detail::Tiling& tiling)
+      : S_(S),
+        tiling_(tiling),
+        n_(hidden.size(0)),
+        h_(hidden.size(1)),
+        v_(weight.size(0)),
+        hsrc_(hidden, tiling.rows),
+        wsrc_(weight, tiling.panel),
+        tile_(tiling.rows * tiling.cols) {}
+
+  // Logits of token rows [i0, i0 + t) and vocabulary columns [j0, j0 + c) into tile_ (ld c), bias
+  // and softcap applied.
+  void compute_logits(const Acc* hb, std::int64_t ldh, std::int64_t t, std::int64_t j0, std::int64_t c) {
+    Acc* tile = tile_.data();
+    for (std::int64_t p0 = j0; p0 < j0 + c; p0 += tiling_.panel) {
+      const std::int64_t p = std::min(tiling_.panel, j0 + c - p0);
+      std::int64_t ldw = 0;
+      const Acc* w = wsrc_.rows(p0, p, &ldw);
+      gemm<Acc>(false, true, t, p, h_, hb, ldh, w, ldw, Acc(0), tile + (p0 - j0), c);
+    }
+    if (S_.bias || S_.cap > 0)
+      parallel_for(0, t, 4, [&](std::int64_t lo, std::int64_t hi) {
+        for (std::int64_t r = lo; r < hi; ++r) loss_detail::transform_logits(S_, tile + r * c, j0, c);
+      });
+  }
+
+  // Adds the contributions of the d_logits in tile_ (rows [i0, i0 + t), columns [j0, j0 + c)).
+  void accumulate_grads(const Acc* hb, std::int64_t ldh, std::int64_t t, std::int64_t j0, std::int64_t c,
+                        const GradSinks<Acc>& sinks) {
+    const Acc* dz = tile_.data();
+    for (std::int64_t p0 = j0; p0 < j0 + c; p0 += tiling_.panel) {
+      const std::int64_t p = std::min(tiling_.panel, j0 + c - p0);
+      std::int64_t ldw = 0;
+      const Acc* w = wsrc_.rows(p0, p, &ldw);
+      // d_hidden[t, H] += d_logits[t, p] @ W[p, H]
+      gemm<Acc>(false, false, t, h_, p, dz + (p0 - j0), c, w, ldw, Acc(1), sinks.dh, std::max<std::int64_t>(h_, 1));
+      // d_weight[p, H] += d_logits[t, p]^T @ hidden[t, H]
+      if (sinks.dw)
+        gemm<Acc>(true, false, p, h_, t, dz + (p0 - j0), c, hb, ldh, Acc(1), sinks.dw + p0 * sinks.dw_ld,
+                  sinks.dw_ld);
+    }
+    if (sinks.db)
+      parallel_for(0, c, 256, [&](std::int64_t lo, std::int64_t hi) {
+        for (std::int64_t r = 0; r < t; ++r) {
+          const Acc* row = dz + r * c;
+          for (std::int64_t j = lo; j < hi; ++j) sinks.db[j0 + j] += row[j];
+        }
+      });
+  }
+
+  // The whole computation. Forward when ce/zl are given (lse is written), backward when sinks are
+  // given (lse is read, or written first by the forward). d_hidden rows go to `store_dh` per tile.
+  template <typename StoreDh>
+  void run(Acc* lse, Acc* ce, Acc* zl, const Acc* g, GradSinks<Acc> sinks, StoreDh&& store_dh) {
+    const bool forward = ce != nullptr, backward = g != nullptr;
+    const std::int64_t T = tiling_.rows, C = tiling_.cols;
+    // One pass from one tile when a tile spans the vocabulary: d_logits need the final lse only.
+    const bool single = forward && backward && C >= v_;
+    std::vector<RowStats<Acc>> stats(static_cast<std::size_t>(T));  // T * 4 values: too small to track
+    for (std::int64_t i0 = 0; i0 < n_; i0 += T) {
+      const std::int64_t t = std::min(T, n_ - i0);
+      std::int64_t ldh = 0;
+      const Acc* hb = hsrc_.rows(i0, t, &ldh);
+      if (backward) sinks.dh = store_dh.begin(i0, t);
+      if (forward) {
+        for (std::int64_t r = 0; r < t; ++r) stats[r] = RowStats<Acc>();
+        for (std::int64_t j0 = 0; j0 < v_; j0 += C) {
+          const std::int64_t c = std::min(C, v_ - j0);
+          compute_logits(hb, ldh, t, j0, c);
+          Acc* tile = tile_.data();
+          parallel_for(0, t, 4, [&](std::int64_t lo, std::int64_t hi) {
+            for (std::int64_t r = lo; r < hi; ++r) {
+              const std::int64_t i = i0 + r;
+              loss_detail::fold_chunk(S_, i, stats[r], tile + r * c, j0, c);
+              if (j0 + c < v_) continue;
+              lse[i] = stats[r].lse();
+              loss_detail::row_loss(S_, i, lse[i], stats[r].zt, stats[r].wz, ce[i], zl[i]);
+              if (single) {
+                const auto rg = loss_detail::row_grad(S_, i, lse[i], g[i]);
+                loss_detail::grad_chunk(S_, i, rg, lse[i], tile + r * c, j0, c);
+              }
+            }
+          });
+          if (single) accumulate_grads(hb, ldh, t, j0, c, sinks);
+        }
+      }
+      if (backward && !single) {
+        for (std::int64_t j0 = 0; j0 < v_; j0 += C) {
+          const std::int64_t c = std::min(C, v_ - j0);
+          compute_logits(hb, ldh, t, j0, c);
+          Acc* tile = tile_.data();
+          parallel_for(0, t, 4, [&](std::int64_t lo, std::int64_t hi) {
+            for (std::int64_t r = lo; r < hi; ++r) {
+              const std::int64_t i = i0 + r;
+              const auto rg = loss_detail::row_grad(S_, i, lse[i], g[i]);
+              loss_detail::grad_chunk(S_, i, rg, lse[i], tile + r * c, j0, c);
+            }
+          });
+          accumulate_grads(hb, ldh, t, j0, c, sinks);
+        }
+      }
+      if (backward) store_dh.end(i0, t);
+    }
+  }
+
+ private:
+  const LossSetup<Acc>& S_;
+  loss_detail::Tiling tiling_;
+  std::int64_t n_, h_, v_;
+  RowSource<Acc> hsrc_, wsrc_;
+  Buffer<Acc> tile_;
+};
+
+void check_operands(const char* op, const Tensor& hidden, const Tensor& weight) {
+  LMCORE_CHECK(hidden.defined() && weight.defined(), "{}: hidden and weight must be defined", op);
+  LMCORE_CHECK(hidden.dim() == 2, "{}: hidden must be 2-D [N, H], found {}", op, shape_str(hidden.shape()));
+  LMCORE_CHECK(weight.dim() == 2, "{}: weight must be 2-D [V, H], found {}", op, shape_str(weight.shape()));
+  LMCORE_CHECK(weight.size(1) == hidden.size(1), "{}: weight is {} but hidden is {}: expected weight [V, {}]", op,
+               shape_str(weight.shape()), shape_str(hidden.shape()), hidden.size(1));
+  for (const Tensor* t : {&hidden, &weight})
+    LMCORE_CHECK(is_floating(t->dtype()) && !is_storage_only(t->dtype()),
+                 "{}: hidden and weight must be f32, f64, bf16 or f16, found {}", op, t->dtype());
+  LMCORE_CHECK(hidden.dtype() == weight.dtype(), "{}: hidden is {} but weight is {}: expected the same dtype", op,
+               hidden.dtype(), weight.dtype());
+}
+
+// Where d_hidden tiles go: straight into the output when it is Acc, else through an Acc tile.
+template <typename Acc>
+struct DhStore {
+  Tensor out;  // [N, H] in hidden's dtype
+  Buffer<Acc> tile;
+  std::int64_t h = 0;
+  Acc* begin(std::int64_t i0, std::int64_t t) {
+    Acc* p = out.dtype() == dtype_of<Acc> ? out.data<Acc>() + i0 * h : tile.data();
+    std::fill(p, p + t * h, Acc(0));
+    return p;
+  }
+  void end(std::int64_t i0, std::int64_t t) {
+    if (out.dtype() == dtype_of<Acc>) return;
+    Tensor dst = out.narrow(0, i0, t);
+    copy_cast(tile.tensor.narrow(0, 0, t * h).view({t, h}), dst);
+  }
+};
+
+template <typename Acc>
+struct NoDh {
+  Acc* begin(std::int64_t, std::int64_t) { return nullptr; }
+  void end(std::int64_t, std::int64_t) {}
+};
+
+// Forward and/or backward. Returns the loss (when forward) and d_hidden (when grad_loss is defined).
+template <typename Acc>
+LinearCrossEntropyOutput run_fused(const char* op, const Tensor& hidden, const Tensor& weight,
+                                   const Tensor& target, const LossOptions& options, bool forward,
+                                   const Tensor& grad_loss, const Tensor& lse_in, Tensor d_weight, Tensor d_bias) {
+  const std::int64_t n = hidden.size(0), h = hidden.size(1), v = weight.size(0);
+  const LossSetup<Acc> S = loss_detail::make_setup<Acc>(op, n, v, target, options, true);
+  const bool backward = grad_loss.defined();
+  const loss_detail::Tiling tiling =
+      loss_detail::choose_tiling(op, n, h, v, sizeof(Acc), options, hidden.dtype() != dtype_of<Acc> ||
+                                                                        weight.dtype() != dtype_of<Acc>);
+  FusedLce<Acc> kernel(hidden, weight, S, tiling);
+
+  LinearCrossEntropyOutput out;
+  Tensor lse;
+  if (forward || !lse_in.defined()) {
+    lse = Tensor::empty({n}, dtype_of<Acc>);
+  } else {
+    LMCORE_CHECK(lse_in.dim() == 1 && lse_in.size(0) == n, "{}: lse must have shape [{}], found {}", op, n,
+                 shape_str(lse_in.shape()));
+    lse = lse_in.to(dtype_of<Acc>).contiguous();
+  }
+  if (!backward || (!forward && !lse_in.defined())) {
+    // Forward only (also how a backward without the forward's lse gets it).
+    Buffer<Acc> ce(n), zl(n);
+    kernel.run(lse.data<Acc>(), ce.data(), zl.data(), nullptr, {}, NoDh<Acc>{});
+    if (!backward) {
+      LossResult r = loss_detail::finish_loss(S, ce.data(), zl.data(), lse);
+      out.loss = r.loss;
+      out.z_loss = r.z_loss;
+      out.lse = r.lse;
+      return out;
+    }
+  }
+
+  const Buffer<Acc> g = loss_detail::grad_per_token<Acc>(op, grad_loss, options.reduction, n);
+  GradSinks<Acc> sinks;
+  Buffer<Acc> dw_buf, db_buf;
+  if (d_weight.defined()) {
+    LMCORE_CHECK(d_weight.dim() == 2 && d_weight.size(0) == v && d_weight.size(1) == h,
+                 "{}: d_weight must have shape [{}, {}] like weight, found {}", op, v, h,
+                 shape_str(d_weight.shape()));
+    if (d_weight.dtype() == dtype_of<Acc> && (d_weight.stride(1) == 1 || h <= 1) && d_weight.stride(0) >= h) {
+      sinks.dw = d_weight.data<Acc>();
+      sinks.dw_ld = std::max<std::int64_t>(d_weight.stride(0), 1);
+    } else {
+      dw_buf = Buffer<Acc>::zeros(v * h);
+      sinks.dw = dw_buf.data();
+      sinks.dw_ld = std::max<std::int64_t>(h, 1);
+    }
+  }
+  if (d_bias.defined()) {
+    LMCORE_CHECK(d_bias.dim() == 1 && d_bias.size(0) == v, "{}: d_bias must have shape [{}], found {}", op, v,
+                 shape_str(d_bias.shape()));
+    db_buf = Buffer<Acc>::zeros(v);
+    sinks.db = db_buf.data();
+  }
+  DhStore<Acc> dh{Tensor::empty({n, h}, hidden.dtype()), Buffer<Acc>(), h};
+  if (hidden.dtype() != dtype_of<Acc>) dh.tile = Buffer<Acc>(std::min(tiling.rows, n) * h);
+
+  Buffer<Acc> ce, zl;
+  if (forward) {
+    ce = Buffer<Acc>(n);
+    zl = Buffer<Acc>(n);
+  }
+  kernel.run(lse.data<Acc>(), forward ? ce.data() : nullptr, forward ? zl.data() : nullptr, g.data(), sinks, dh);
+
+  if (dw_buf.data()) loss_detail::add_into(d_weight, dw_buf.tensor.view({v, h}), op);
+  if (db_buf.data()) loss_detail::add_into(d_bias, db_buf.tensor, op);
+  out.d_hidden = dh.out;
+  if (forward) {
+    LossResult r = loss_detail::finish_loss(S, ce.data(), zl.data(), lse);
+    out.loss = r.loss;
+    out.z_loss = r.z_loss;
+  }
+  out.lse = lse;
+  return out;
+}
+
+template <typename... Args>
+LinearCrossEntropyOutput dispatch(const char* op, const Tensor& hidden, const Tensor& weight,
+                                  const LossOptions& options, Args&&... args) {
+  check_operands(op, hidden, weight);
+  LMCORE_CHECK(options.accumulate == DType::f32 || options.accumulate == DType::f64,
+               "{}: accumulate must be f32 or f64, found {}", op, options.accumulate);
+  if (options.accumulate == DType::f64) return run_fused<double>(op, hidden, weight, std::forward<Args>(args)...);
+  return run_fused<float>(op, hidden, weight, std::forward<Args>(args)...);
+}
+
+}  // namespace
+
+LossResult linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& target,
+                                const LossOptions& options) {
+  LinearCrossEntropyOutput o =
+      dispatch("linear_cross_entropy", hidden, weight, options, target, options, true, Tensor(), Tensor(), Tensor(),
+               Tensor());
+  return {o.loss, o.z_loss, o.lse};
+}
+
+Tensor linear_cross_entropy_backward(const Tensor& hidden, const Tensor& weight, const Tensor& target,
+                                     const Tensor& grad_loss, const LossOptions& options, const Tensor& lse,
+                                     Tensor d_weight, Tensor d_bias) {
+  LMCORE_CHECK(grad_loss.defined(), "linear_cross_entropy_backward: grad_loss is undefined");
+  return dispatch("linear_cross_entropy_backward", hidden, weight, options, target, options, false, grad_loss, lse,
+                  d_weight, d_bias)
+      .d_hidden;
+}
+
+LinearCrossEntropyOutput linear_cross_entropy_with_grad(const Tensor& hidden, const Tensor& weight,
+                                                        const Tensor& target, const LossOptions& options,
+                                                        const Tensor& grad_loss, Tensor d_weight, Tensor d_bias) {
+  LMCORE_CHECK(grad_loss.defined(), "linear_cross_entropy_with_grad: grad_loss is undefined");
+  return dispatch("linear_cross_entropy_with_grad", hidden, weight, options, target, options, true, grad_loss,
+                  Tensor(), d_weight, d_bias);
+}
+
+}  // namespace lmcore

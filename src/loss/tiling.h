@@ -1,0 +1,53 @@
+// How the fused linear cross-entropy cuts [N x V] into tiles (see linear_cross_entropy.h, Memory).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "lmcore/core/error.h"
+#include "lmcore/loss/cross_entropy.h"
+
+namespace lmcore::loss_detail {
+
+struct Tiling {
+  std::int64_t rows = 1;   // T: tokens per tile
+  std::int64_t cols = 1;   // C: vocabulary columns per chunk (C >= V: one chunk, single-pass fwd+bwd)
+  std::int64_t panel = 1;  // P: weight rows converted to Acc at a time (= C when no conversion is needed)
+};
+
+// Fewest rows a whole-vocabulary tile may have before the vocabulary is chunked instead: below this
+// the GEMMs get too thin to run at full speed.
+inline constexpr std::int64_t kMinRowsPerTile = 64;
+
+inline Tiling choose_tiling(const char* op, std::int64_t n, std::int64_t h, std::int64_t v, std::size_t acc_size,
+                            const LossOptions& o, bool converts_weight) {
+  LMCORE_CHECK(o.chunk_size >= 0, "{}: chunk_size must be >= 0 (0 = automatic), found {}", op, o.chunk_size);
+  LMCORE_CHECK(o.token_tile >= 0, "{}: token_tile must be >= 0 (0 = automatic), found {}", op, o.token_tile);
+  LMCORE_CHECK(o.memory_budget > 0, "{}: memory_budget must be > 0 bytes, found {}", op, o.memory_budget);
+  const std::int64_t acc = static_cast<std::int64_t>(acc_size);
+  const std::int64_t budget = o.memory_budget;
+  Tiling t;
+  std::int64_t rows = o.token_tile, cols = o.chunk_size > 0 ? std::min(o.chunk_size, v) : 0;
+  if (rows == 0 && cols == 0) {
+    rows = budget / (v * acc);
+    if (rows >= kMinRowsPerTile || rows >= n) {
+      cols = v;
+    } else {
+      rows = kMinRowsPerTile;
+      cols = std::clamp<std::int64_t>(budget / (rows * acc), 1, v);
+    }
+  } else if (rows == 0) {
+    rows = budget / (cols * acc);
+  } else if (cols == 0) {
+    cols = std::clamp<std::int64_t>(budget / (rows * acc), 1, v);
+  }
+  t.rows = std::clamp<std::int64_t>(rows, 1, std::max<std::int64_t>(n, 1));
+  t.cols = cols;
+  // Conversion panels take a quarter of the budget on top of the tile.
+  t.panel = converts_weight ? std::clamp<std::int64_t>(budget / 4 / (std::max<std::int64_t>(h, 1) * acc), 1, cols)
+                            : cols;
+  return t;
+}
+
+}  // namespace lmcore::loss_detail
