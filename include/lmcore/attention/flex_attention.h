@@ -1,0 +1,62 @@
+// lmcore/attention/flex_attention.h — block-sparse attention from a block mask and a score modifier.
+//
+//   q [B, Hq, L, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv]   (Hq a multiple of Hkv: grouped-query attention)
+//   out [B, Hq, L, Dv] in the dtype of q;  lse [B, Hq, L] in f32, natural log of the softmax denominator
+//
+//   BlockMask bm = create_block_mask(MaskMod::sliding_window(256), 1, 1, L, S);
+//   FlexOptions opt;  opt.block_mask = &bm;  opt.return_lse = true;
+//   FlexResult r = flex_attention(q, k, v, opt);
+//   FlexGrads g = flex_attention_backward(q, k, v, r.out, r.lse, d_out, opt);  // overwrites, not accumulates
+//
+// Inputs are f32, bf16 or f16 (all three the same dtype), any strides; arithmetic is f32. D and Dv are at
+// most 256; L and S are any length (the last block of each is short). Per (b, head, query block) the
+// kernel walks the listed key blocks in increasing order with an online softmax, multiplying
+// query-block x key-block tiles with sgemm; empty blocks are never touched and fully allowed blocks
+// never evaluate the mask. A query row with no allowed key gives out = 0 and lse = -inf (and zero
+// gradients), never NaN.
+//
+// The backward pass is deterministic: the same bits on every run at the same thread count. dk and dv
+// are computed per key block from the transposed block lists (one owner each); dq is accumulated
+// per thread over a fixed, cost-balanced split of the key blocks and the per-thread parts are summed
+// in thread order.
+#pragma once
+
+#include <cstdint>
+
+#include "lmcore/attention/block_mask.h"
+#include "lmcore/attention/score_mod.h"
+#include "lmcore/core/tensor.h"
+
+namespace lmcore::attention {
+
+struct FlexOptions {
+  const BlockMask* block_mask = nullptr;  // nullptr: every key for every query
+  ScoreMod score_mod;                     // identity by default
+  double scale = 0.0;                     // 0: 1 / sqrt(D)
+  bool return_lse = false;
+};
+
+struct FlexResult {
+  Tensor out;  // [B, Hq, L, Dv], dtype of q
+  Tensor lse;  // [B, Hq, L] f32, when asked
+};
+
+struct FlexGrads {
+  Tensor dq, dk, dv;  // shapes and dtypes of q, k, v
+};
+
+FlexResult flex_attention(const Tensor& q, const Tensor& k, const Tensor& v, const FlexOptions& options = {});
+
+// out and lse are the forward results; d_out has the shape of out.
+FlexGrads flex_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                  const Tensor& lse, const Tensor& d_out, const FlexOptions& options = {});
+
+// Multiply-add flops of the computed blocks (2 per multiply-add): forward counts S = QK^T and PV,
+// backward the five products of the standard flash backward (S, dP, dV, dK, dQ).
+struct FlexFlops {
+  double forward = 0, backward = 0;
+};
+FlexFlops flex_flops(const BlockMask& mask, std::int64_t batch, std::int64_t q_heads, std::int64_t head_dim,
+                     std::int64_t value_dim);
+
+}  // namespace lmcore::attention

@@ -1,0 +1,64 @@
+// lmcore/attention/score_mod.h — functions applied to each attention score before the softmax.
+//
+// The score is scale * (q . k); a ScoreMod maps it to a new score given (b, h, q_idx, kv_idx). Mods
+// chain left to right with then(). The built-ins know their derivative with respect to the score, so
+// flex_attention_backward carries the gradient through them to q and k; a callable needs its
+// derivative passed alongside for the backward pass (the forward works without it).
+//
+//   ScoreMod m = ScoreMod::alibi(slopes).then(ScoreMod::softcap(30.0f));
+//
+// Built-ins:
+//   relative_position_bias(bias, R)  score + bias[h][clamp(q - kv, -R, R) + R]; bias is [H or 1][2R + 1]
+//   alibi(slopes)                    score + slopes[h] * (kv - q)   (slopes has one entry per query head)
+//   softcap(cap)                     cap * tanh(score / cap)
+//   from_function(f, df)             f(score, b, h, q, kv); df gives d f / d score (optional)
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace lmcore::attention {
+
+using ScoreFunction =
+    std::function<float(float score, std::int64_t b, std::int64_t h, std::int64_t q_idx, std::int64_t kv_idx)>;
+
+class ScoreMod {
+ public:
+  ScoreMod() = default;  // identity
+
+  static ScoreMod relative_position_bias(std::vector<float> bias, std::int64_t max_distance);
+  static ScoreMod alibi(std::vector<float> slopes);
+  static ScoreMod softcap(float cap);
+  static ScoreMod from_function(ScoreFunction fn, ScoreFunction derivative = {}, std::string name = "user");
+  // The standard ALiBi slopes for n heads: 2^(-8 (i + 1) / n).
+  static std::vector<float> alibi_slopes(std::int64_t heads);
+
+  // Applies this, then next.
+  ScoreMod then(const ScoreMod& next) const;
+
+  bool is_identity() const { return steps_.empty(); }
+  bool has_derivative() const;
+  bool has_callable() const;
+  std::string describe() const;
+
+  // One element: the modified score, and d(modified)/d(score) in *derivative when not null.
+  float apply(float score, std::int64_t b, std::int64_t h, std::int64_t q_idx, std::int64_t kv_idx,
+              float* derivative = nullptr) const;
+  // A tile s[i * ld + j] for positions (q0 + i, k0 + j), in place. When deriv is not null it receives
+  // d(modified)/d(score) for each element (same layout). Throws when deriv is asked of a callable
+  // without a derivative.
+  void apply_tile(std::int64_t b, std::int64_t h, std::int64_t q0, std::int64_t nq, std::int64_t k0, std::int64_t nk,
+                  float* s, std::int64_t ld, float* deriv) const;
+  // Checks that head indices up to heads - 1 are covered by per-head tables; names `op`.
+  void check_heads(std::int64_t heads, const char* op) const;
+
+  struct Step;
+
+ private:
+  std::vector<std::shared_ptr<const Step>> steps_;
+};
+
+}  // namespace lmcore::attention

@@ -1,0 +1,162 @@
+// flex_attention and its backward: argument checks, dtype handling (f32 compute buffers), and the
+// calls into the f32 kernels of flex_forward.cpp / flex_backward.cpp.
+#include "lmcore/attention/flex_attention.h"
+
+#include <cmath>
+
+#include "src/attention/flex_attention_internal.h"
+#include "src/attention/flex_kernels.h"
+
+namespace lmcore::attention {
+namespace detail {
+
+namespace {
+
+void check_float(const Tensor& t, const char* op, const char* name) {
+  LMCORE_CHECK(t.defined(), "{}: '{}' is undefined", op, name);
+  LMCORE_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16 || t.dtype() == DType::f16,
+               "{}: '{}' must be f32, bf16 or f16, found {}", op, name, t.dtype());
+}
+
+}  // namespace
+
+AttentionShape check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const char* op) {
+  check_float(q, op, "q");
+  check_float(k, op, "k");
+  check_float(v, op, "v");
+  LMCORE_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype(), "{}: q, k, v must share a dtype, found {}, {}, {}",
+               op, q.dtype(), k.dtype(), v.dtype());
+  LMCORE_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4,
+               "{}: expected q [B, Hq, L, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv], found {}, {}, {}", op,
+               shape_str(q.shape()), shape_str(k.shape()), shape_str(v.shape()));
+  AttentionShape sh{};
+  sh.batch = q.size(0);
+  sh.q_heads = q.size(1);
+  sh.q_len = q.size(2);
+  sh.head_dim = q.size(3);
+  sh.kv_heads = k.size(1);
+  sh.kv_len = k.size(2);
+  sh.value_dim = v.size(3);
+  LMCORE_CHECK(k.size(0) == sh.batch && v.size(0) == sh.batch, "{}: batch sizes differ: q {}, k {}, v {}", op,
+               shape_str(q.shape()), shape_str(k.shape()), shape_str(v.shape()));
+  LMCORE_CHECK(k.size(3) == sh.head_dim, "{}: k has head dim {}, expected D = {} (q is {})", op, k.size(3),
+               sh.head_dim, shape_str(q.shape()));
+  LMCORE_CHECK(v.size(1) == sh.kv_heads && v.size(2) == sh.kv_len,
+               "{}: v {} must match k {} in heads and length", op, shape_str(v.shape()), shape_str(k.shape()));
+  LMCORE_CHECK(sh.kv_heads >= 1 && sh.q_heads % sh.kv_heads == 0,
+               "{}: query heads ({}) must be a multiple of key/value heads ({})", op, sh.q_heads, sh.kv_heads);
+  LMCORE_CHECK(sh.head_dim >= 1 && sh.head_dim <= 256 && sh.value_dim >= 1 && sh.value_dim <= 256,
+               "{}: head dims must be in [1, 256], found D = {}, Dv = {}", op, sh.head_dim, sh.value_dim);
+  LMCORE_CHECK(std::isfinite(scale), "{}: scale must be finite, found {}", op, scale);
+  sh.scale = scale == 0.0 ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(sh.head_dim)))
+                          : static_cast<float>(scale);
+  return sh;
+}
+
+void check_block_mask(const BlockMask& bm, const AttentionShape& sh, const char* op) {
+  LMCORE_CHECK(bm.q_len == sh.q_len && bm.kv_len == sh.kv_len,
+               "{}: block mask was built for L = {}, S = {}, but q has L = {} and k has S = {}", op, bm.q_len,
+               bm.kv_len, sh.q_len, sh.kv_len);
+  LMCORE_CHECK(bm.batch == 1 || bm.batch == sh.batch, "{}: block mask batch {} must be 1 or {}", op, bm.batch,
+               sh.batch);
+  LMCORE_CHECK(bm.heads == 1 || bm.heads == sh.q_heads, "{}: block mask heads {} must be 1 or Hq = {}", op,
+               bm.heads, sh.q_heads);
+  LMCORE_ASSERT_EQ(bm.partial.rows(), bm.batch * bm.heads * bm.num_q_blocks);
+  LMCORE_ASSERT_EQ(bm.partial_t.rows(), bm.batch * bm.heads * bm.num_kv_blocks);
+}
+
+Tensor as_f32_contiguous(const Tensor& t) { return t.to(DType::f32).contiguous(); }
+
+FlexResult forward(const Tensor& q, const Tensor& k, const Tensor& v, const BlockMask& bm, const ScoreMod& mod,
+                   const AttentionShape& sh, const char* op) {
+  check_block_mask(bm, sh, op);
+  mod.check_heads(sh.q_heads, op);
+  const Tensor q32 = as_f32_contiguous(q), k32 = as_f32_contiguous(k), v32 = as_f32_contiguous(v);
+  Tensor out = Tensor::empty({sh.batch, sh.q_heads, sh.q_len, sh.value_dim}, DType::f32);
+  Tensor lse = Tensor::empty({sh.batch, sh.q_heads, sh.q_len}, DType::f32);
+  flex_forward_f32(sh, bm, mod, q32.data<float>(), k32.data<float>(), v32.data<float>(), out.data<float>(),
+                   lse.data<float>());
+  return {out.to(q.dtype()), lse};
+}
+
+FlexGrads backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                   const Tensor& d_out, const BlockMask& bm, const ScoreMod& mod, const AttentionShape& sh,
+                   const char* op) {
+  check_block_mask(bm, sh, op);
+  mod.check_heads(sh.q_heads, op);
+  LMCORE_CHECK(mod.has_derivative(),
+               "{}: score_mod '{}' contains a callable without a derivative; pass one to ScoreMod::from_function",
+               op, mod.describe());
+  const Shape out_shape{sh.batch, sh.q_heads, sh.q_len, sh.value_dim};
+  LMCORE_CHECK(out.defined() && out.shape() == out_shape, "{}: 'out' must have shape {}, found {}", op,
+               shape_str(out_shape), out.defined() ? shape_str(out.shape()) : "undefined");
+  LMCORE_CHECK(d_out.defined() && d_out.shape() == out_shape, "{}: 'd_out' must have shape {}, found {}", op,
+               shape_str(out_shape), d_out.defined() ? shape_str(d_out.shape()) : "undefined");
+  const Shape lse_shape{sh.batch, sh.q_heads, sh.q_len};
+  LMCORE_CHECK(lse.defined() && lse.shape() == lse_shape && lse.dtype() == DType::f32,
+               "{}: 'lse' must be f32 of shape {}, found {}", op, shape_str(lse_shape),
+               lse.defined() ? lse.describe() : "undefined");
+  check_float(out, op, "out");
+  check_float(d_out, op, "d_out");
+  const Tensor q32 = as_f32_contiguous(q), k32 = as_f32_contiguous(k), v32 = as_f32_contiguous(v);
+  const Tensor o32 = as_f32_contiguous(out), g32 = as_f32_contiguous(d_out), l32 = lse.contiguous();
+  Tensor dq = Tensor::empty(q.shape(), DType::f32), dk = Tensor::empty(k.shape(), DType::f32),
+         dv = Tensor::empty(v.shape(), DType::f32);
+  flex_backward_f32(sh, bm, mod, q32.data<float>(), k32.data<float>(), v32.data<float>(), o32.data<float>(),
+                    g32.data<float>(), l32.data<float>(), dq.data<float>(), dk.data<float>(), dv.data<float>());
+  return {dq.to(q.dtype()), dk.to(k.dtype()), dv.to(v.dtype())};
+}
+
+}  // namespace detail
+
+FlexResult flex_attention(const Tensor& q, const Tensor& k, const Tensor& v, const FlexOptions& options) {
+  const char* op = "flex_attention";
+  const detail::AttentionShape sh = detail::check_qkv(q, k, v, options.scale, op);
+  FlexResult r;
+  if (options.block_mask != nullptr) {
+    r = detail::forward(q, k, v, *options.block_mask, options.score_mod, sh, op);
+  } else {
+    const BlockMask bm = full_block_mask(sh.q_len, sh.kv_len);
+    r = detail::forward(q, k, v, bm, options.score_mod, sh, op);
+  }
+  if (!options.return_lse) r.lse = Tensor();
+  return r;
+}
+
+FlexGrads flex_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                  const Tensor& lse, const Tensor& d_out, const FlexOptions& options) {
+  const char* op = "flex_attention_backward";
+  const detail::AttentionShape sh = detail::check_qkv(q, k, v, options.scale, op);
+  if (options.block_mask != nullptr)
+    return detail::backward(q, k, v, out, lse, d_out, *options.block_mask, options.score_mod, sh, op);
+  const BlockMask bm = full_block_mask(sh.q_len, sh.kv_len);
+  return detail::backward(q, k, v, out, lse, d_out, bm, options.score_mod, sh, op);
+}
+
+FlexFlops flex_flops(const BlockMask& mask, std::int64_t batch, std::int64_t q_heads, std::int64_t head_dim,
+                     std::int64_t value_dim) {
+  // Sum over computed blocks of (rows x cols), with the short last blocks counted at their size.
+  double area = 0;
+  const std::int64_t rows = mask.batch * mask.heads * mask.num_q_blocks;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t qi = r % mask.num_q_blocks;
+    const double nq = static_cast<double>(std::min(mask.q_block, mask.q_len - qi * mask.q_block));
+    for (const BlockRuns* runs : {&mask.partial, &mask.full}) {
+      for (std::int64_t i = runs->offsets[static_cast<std::size_t>(r)]; i < runs->offsets[static_cast<std::size_t>(r) + 1]; ++i) {
+        const BlockRun run = runs->runs[static_cast<std::size_t>(i)];
+        const std::int64_t last = run.start + run.length - 1;
+        const std::int64_t last_cols = std::min(mask.kv_block, mask.kv_len - last * mask.kv_block);
+        area += nq * (static_cast<double>(run.length - 1) * static_cast<double>(mask.kv_block) +
+                      static_cast<double>(last_cols));
+      }
+    }
+  }
+  // Broadcast masks count once per batch and head of the problem.
+  area *= static_cast<double>(batch / mask.batch) * static_cast<double>(q_heads / mask.heads);
+  FlexFlops f;
+  f.forward = 2.0 * area * static_cast<double>(head_dim + value_dim);
+  f.backward = 2.0 * area * static_cast<double>(3 * head_dim + 2 * value_dim);
+  return f;
+}
+
+}  // namespace lmcore::attention

@@ -1,0 +1,16 @@
+// Private: the shared front half of flex_attention and sdpa (checks, f32 buffers, kernel calls).
+#pragma once
+
+#include "lmcore/attention/flex_attention.h"
+#include "src/attention/flex_kernels.h"
+
+namespace lmcore::attention::detail {
+
+AttentionShape check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const char* op);
+FlexResult forward(const Tensor& q, const Tensor& k, const Tensor& v, const BlockMask& bm, const ScoreMod& mod,
+                   const AttentionShape& sh, const char* op);
+FlexGrads backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                   const Tensor& d_out, const BlockMask& bm, const ScoreMod& mod, const AttentionShape& sh,
+                   const char* op);
+
+}  // namespace lmcore::attention::detail

@@ -1,0 +1,171 @@
+// The flex attention backward kernel (flash-attention-2 style, no atomics):
+//   1. delta[i] = dO[i] . O[i] per query row;
+//   2. per (b, kv head, key block), over the query blocks of its transposed lists and every query
+//      head of its GQA group: recompute P = exp(S - lse), then
+//        dV += P^T dO,  dP = dO V^T,  dS = P (dP - delta) * score_mod',  dK += scale dS^T Q,
+//        dQ += scale dS K  (into the running thread's own dQ buffer);
+//   3. dQ = the thread buffers summed in thread order.
+// Key blocks are split among threads by a fixed, cost-balanced cut of the item list, so the
+// floating-point order of every sum depends only on the thread count: the same bits on every run.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "lmcore/core/matmul.h"
+#include "lmcore/core/parallel.h"
+#include "src/attention/flex_kernels.h"
+#include "src/attention/row_kernels.h"
+
+namespace lmcore::attention::detail {
+
+namespace {
+
+struct BlockRef {
+  std::int32_t index;
+  bool full;
+};
+
+void merged_rows(const BlockRuns& partial, const BlockRuns& full, std::int64_t row, std::vector<BlockRef>& out) {
+  out.clear();
+  auto add = [&](const BlockRuns& runs, bool is_full) {
+    for (std::int64_t i = runs.offsets[static_cast<std::size_t>(row)]; i < runs.offsets[static_cast<std::size_t>(row) + 1]; ++i) {
+      const BlockRun r = runs.runs[static_cast<std::size_t>(i)];
+      for (std::int32_t j = 0; j < r.length; ++j) out.push_back({r.start + j, is_full});
+    }
+  };
+  add(partial, false);
+  add(full, true);
+  std::sort(out.begin(), out.end(), [](const BlockRef& a, const BlockRef& b) { return a.index < b.index; });
+}
+
+}  // namespace
+
+void flex_backward_f32(const AttentionShape& sh, const BlockMask& bm, const ScoreMod& score_mod, const float* q,
+                       const float* k, const float* v, const float* out, const float* d_out, const float* lse,
+                       float* dq, float* dk, float* dv) {
+  const std::int64_t B = sh.batch, Hq = sh.q_heads, Hkv = sh.kv_heads, L = sh.q_len, S = sh.kv_len;
+  const std::int64_t D = sh.head_dim, Dv = sh.value_dim, group = Hq / Hkv;
+  const std::int64_t qb = bm.q_block, kb = bm.kv_block, nkb = bm.num_kv_blocks;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const bool has_mod = !score_mod.is_identity();
+
+  // 1. delta = rowsum(dO * O)
+  std::vector<float> delta(static_cast<std::size_t>(B * Hq * L));
+  parallel_for(0, B * Hq * L, 1024, [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t r = lo; r < hi; ++r) {
+      const float* o = out + r * Dv;
+      const float* g = d_out + r * Dv;
+      float acc = 0.0f;
+      for (std::int64_t j = 0; j < Dv; ++j) acc += o[j] * g[j];
+      delta[static_cast<std::size_t>(r)] = acc;
+    }
+  });
+
+  // 2. Items (b, kv head, key block), cut into `parts` contiguous ranges of about equal cost.
+  auto mask_row_t = [&](std::int64_t b, std::int64_t h, std::int64_t ki) {
+    return ((bm.batch == 1 ? 0 : b) * bm.heads + (bm.heads == 1 ? 0 : h)) * nkb + ki;
+  };
+  const std::int64_t items = B * Hkv * nkb;
+  std::vector<double> prefix(static_cast<std::size_t>(items) + 1, 0.0);
+  for (std::int64_t it = 0; it < items; ++it) {
+    const std::int64_t ki = it % nkb, bh = it / nkb, b = bh / Hkv, hkv = bh % Hkv;
+    double c = 0;
+    for (std::int64_t h = hkv * group; h < (hkv + 1) * group; ++h) {
+      const std::int64_t r = mask_row_t(b, h, ki);
+      c += 2.0 * static_cast<double>(bm.partial_t.blocks_in_row(r)) + static_cast<double>(bm.full_t.blocks_in_row(r));
+    }
+    prefix[static_cast<std::size_t>(it) + 1] = prefix[static_cast<std::size_t>(it)] + c + 0.01;
+  }
+  const std::int64_t parts = std::max<std::int64_t>(1, std::min<std::int64_t>(num_threads(), items));
+  std::vector<std::int64_t> cut(static_cast<std::size_t>(parts) + 1, items);
+  cut[0] = 0;
+  for (std::int64_t p = 1; p < parts; ++p) {
+    const double target = prefix.back() * static_cast<double>(p) / static_cast<double>(parts);
+    cut[static_cast<std::size_t>(p)] =
+        std::lower_bound(prefix.begin(), prefix.end(), target) - prefix.begin();
+    cut[static_cast<std::size_t>(p)] = std::clamp(cut[static_cast<std::size_t>(p)], cut[static_cast<std::size_t>(p) - 1], items);
+  }
+
+  // dQ: part 0 writes into dq itself; the others into their own zeroed buffers.
+  const std::int64_t q_elems = B * Hq * L * D;
+  std::fill_n(dq, q_elems, 0.0f);
+  std::vector<std::vector<float>> dq_parts(static_cast<std::size_t>(parts - 1));
+
+  BlasSingleThreaded blas_guard;
+  parallel_for(0, parts, 1, [&](std::int64_t plo, std::int64_t phi) {
+    std::vector<float> s(static_cast<std::size_t>(qb * kb)), dp(static_cast<std::size_t>(qb * kb));
+    std::vector<float> grad(has_mod ? static_cast<std::size_t>(qb * kb) : 0);
+    std::vector<std::uint8_t> mtile(static_cast<std::size_t>(qb * kb));
+    std::vector<float> dk_acc(static_cast<std::size_t>(kb * D)), dv_acc(static_cast<std::size_t>(kb * Dv));
+    std::vector<BlockRef> blocks;
+    for (std::int64_t part = plo; part < phi; ++part) {
+      float* dq_out = dq;
+      if (part > 0) {
+        auto& buf = dq_parts[static_cast<std::size_t>(part - 1)];
+        buf.assign(static_cast<std::size_t>(q_elems), 0.0f);
+        dq_out = buf.data();
+      }
+      for (std::int64_t it = cut[static_cast<std::size_t>(part)]; it < cut[static_cast<std::size_t>(part) + 1]; ++it) {
+        const std::int64_t ki = it % nkb, bh = it / nkb, b = bh / Hkv, hkv = bh % Hkv;
+        const std::int64_t k0 = ki * kb, nk = std::min(kb, S - k0);
+        const float* K = k + (bh * S + k0) * D;
+        const float* V = v + (bh * S + k0) * Dv;
+        std::fill_n(dk_acc.begin(), nk * D, 0.0f);
+        std::fill_n(dv_acc.begin(), nk * Dv, 0.0f);
+        for (std::int64_t h = hkv * group; h < (hkv + 1) * group; ++h) {
+          merged_rows(bm.partial_t, bm.full_t, mask_row_t(b, h, ki), blocks);
+          const std::int64_t bhq = b * Hq + h;
+          for (const BlockRef& blk : blocks) {
+            const std::int64_t q0 = blk.index * qb, nq = std::min(qb, L - q0);
+            const float* Q = q + (bhq * L + q0) * D;
+            const float* dO = d_out + (bhq * L + q0) * Dv;
+            const float* LSE = lse + bhq * L + q0;
+            const float* DELTA = delta.data() + bhq * L + q0;
+            // P [nq, nk] = exp(score_mod(scale Q K^T) masked - lse)
+            gemm_f32(false, true, nq, nk, D, sh.scale, Q, D, K, D, 0.0f, s.data(), kb);
+            if (has_mod) score_mod.apply_tile(b, h, q0, nq, k0, nk, s.data(), kb, grad.data());
+            if (!blk.full) {
+              bm.mask.fill(b, h, q0, nq, k0, nk, mtile.data(), kb);
+              for (std::int64_t i = 0; i < nq; ++i) row_apply_mask(s.data() + i * kb, mtile.data() + i * kb, nk);
+            }
+            for (std::int64_t i = 0; i < nq; ++i) {
+              float* row = s.data() + i * kb;
+              if (LSE[i] == ninf) std::fill_n(row, nk, 0.0f);  // an empty row has no gradient
+              else row_exp(row, nk, LSE[i]);
+            }
+            // dV [nk, Dv] += P^T dO
+            gemm_f32(true, false, nk, Dv, nq, 1.0f, s.data(), kb, dO, Dv, 1.0f, dv_acc.data(), Dv);
+            // dP [nq, nk] = dO V^T
+            gemm_f32(false, true, nq, nk, Dv, 1.0f, dO, Dv, V, Dv, 0.0f, dp.data(), kb);
+            // dS = P (dP - delta), times d score_mod / d score; masked entries stay exactly 0.
+            for (std::int64_t i = 0; i < nq; ++i) {
+              float* d = dp.data() + i * kb;
+              const float* p = s.data() + i * kb;
+              row_softmax_grad(d, p, d, nk, DELTA[i]);
+              if (has_mod) {
+                const float* g = grad.data() + i * kb;
+                for (std::int64_t j = 0; j < nk; ++j) d[j] = p[j] == 0.0f ? 0.0f : d[j] * g[j];
+              }
+            }
+            // dK [nk, D] += scale dS^T Q;  dQ [nq, D] += scale dS K
+            gemm_f32(true, false, nk, D, nq, sh.scale, dp.data(), kb, Q, D, 1.0f, dk_acc.data(), D);
+            gemm_f32(false, false, nq, D, nk, sh.scale, dp.data(), kb, K, D, 1.0f, dq_out + (bhq * L + q0) * D, D);
+          }
+        }
+        std::copy_n(dk_acc.begin(), nk * D, dk + (bh * S + k0) * D);
+        std::copy_n(dv_acc.begin(), nk * Dv, dv + (bh * S + k0) * Dv);
+      }
+    }
+  });
+
+  // 3. dQ = part 0 + part 1 + ... in part order.
+  if (!dq_parts.empty()) {
+    parallel_for(0, q_elems, 1 << 14, [&](std::int64_t lo, std::int64_t hi) {
+      for (const auto& buf : dq_parts)
+        for (std::int64_t i = lo; i < hi; ++i) dq[i] += buf[static_cast<std::size_t>(i)];
+    });
+  }
+}
+
+}  // namespace lmcore::attention::detail

@@ -1,0 +1,157 @@
+// The flex attention forward kernel: per (b, query head, query block), an online softmax over the
+// listed key blocks in increasing order, with sgemm tiles for S = scale * Q K^T and O += P V.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <numeric>
+#include <vector>
+
+#include "lmcore/core/matmul.h"
+#include "lmcore/core/parallel.h"
+#include "src/attention/flex_kernels.h"
+#include "src/attention/row_kernels.h"
+
+extern "C" int openblas_get_num_threads(void);
+extern "C" void openblas_set_num_threads(int num_threads);
+
+namespace lmcore::attention::detail {
+
+namespace {
+std::mutex g_blas_mutex;
+int g_blas_guards = 0;
+int g_blas_saved = 1;
+}  // namespace
+
+BlasSingleThreaded::BlasSingleThreaded() {
+  std::lock_guard<std::mutex> lock(g_blas_mutex);
+  if (g_blas_guards++ == 0) {
+    g_blas_saved = openblas_get_num_threads();
+    if (g_blas_saved != 1) openblas_set_num_threads(1);
+  }
+}
+
+BlasSingleThreaded::~BlasSingleThreaded() {
+  std::lock_guard<std::mutex> lock(g_blas_mutex);
+  if (--g_blas_guards == 0 && g_blas_saved != 1) openblas_set_num_threads(g_blas_saved);
+}
+
+namespace {
+
+// One entry of a row's merged block list.
+struct BlockRef {
+  std::int32_t index;
+  bool full;
+};
+
+// The partial and full runs of one row, merged into increasing block order.
+void merged_blocks(const BlockMask& m, const BlockRuns& partial, const BlockRuns& full, std::int64_t row,
+                   std::vector<BlockRef>& out) {
+  out.clear();
+  auto add = [&](const BlockRuns& runs, bool is_full) {
+    for (std::int64_t i = runs.offsets[static_cast<std::size_t>(row)]; i < runs.offsets[static_cast<std::size_t>(row) + 1]; ++i) {
+      const BlockRun r = runs.runs[static_cast<std::size_t>(i)];
+      for (std::int32_t j = 0; j < r.length; ++j) out.push_back({r.start + j, is_full});
+    }
+  };
+  add(partial, false);
+  add(full, true);
+  std::sort(out.begin(), out.end(), [](const BlockRef& a, const BlockRef& b) { return a.index < b.index; });
+  (void)m;
+}
+
+}  // namespace
+
+void flex_forward_f32(const AttentionShape& sh, const BlockMask& bm, const ScoreMod& score_mod, const float* q,
+                      const float* k, const float* v, float* out, float* lse) {
+  const std::int64_t B = sh.batch, Hq = sh.q_heads, L = sh.q_len, S = sh.kv_len, D = sh.head_dim, Dv = sh.value_dim;
+  const std::int64_t group = Hq / sh.kv_heads;
+  const std::int64_t qb = bm.q_block, kb = bm.kv_block, nqb = bm.num_q_blocks;
+  const std::int64_t items = B * Hq * nqb;
+  const float ninf = -std::numeric_limits<float>::infinity();
+
+  // Items in decreasing cost so the dynamic schedule ends on small items; each item writes only its
+  // own rows, so the schedule does not change any result bit.
+  auto mask_row = [&](std::int64_t b, std::int64_t h, std::int64_t qi) {
+    return ((bm.batch == 1 ? 0 : b) * bm.heads + (bm.heads == 1 ? 0 : h)) * nqb + qi;
+  };
+  std::vector<std::int64_t> order(static_cast<std::size_t>(items));
+  std::vector<std::int64_t> cost(static_cast<std::size_t>(items));
+  for (std::int64_t it = 0; it < items; ++it) {
+    const std::int64_t qi = it % nqb, bh = it / nqb;
+    const std::int64_t r = mask_row(bh / Hq, bh % Hq, qi);
+    cost[static_cast<std::size_t>(it)] = 2 * bm.partial.blocks_in_row(r) + bm.full.blocks_in_row(r);
+  }
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
+    return cost[static_cast<std::size_t>(a)] > cost[static_cast<std::size_t>(b)];
+  });
+
+  BlasSingleThreaded blas_guard;
+  std::atomic<std::int64_t> next{0};
+  const std::int64_t workers = std::min<std::int64_t>(num_threads(), std::max<std::int64_t>(items, 1));
+  parallel_for(0, workers, 1, [&](std::int64_t, std::int64_t) {
+    std::vector<float> s(static_cast<std::size_t>(qb * kb));
+    std::vector<std::uint8_t> mtile(static_cast<std::size_t>(qb * kb));
+    std::vector<float> acc(static_cast<std::size_t>(qb * Dv));
+    std::vector<float> m(static_cast<std::size_t>(qb)), l(static_cast<std::size_t>(qb));
+    std::vector<BlockRef> blocks;
+    for (std::int64_t n = next.fetch_add(1); n < items; n = next.fetch_add(1)) {
+      const std::int64_t it = order[static_cast<std::size_t>(n)];
+      const std::int64_t qi = it % nqb, bh = it / nqb, b = bh / Hq, h = bh % Hq;
+      const std::int64_t hkv = h / group;
+      const std::int64_t q0 = qi * qb, nq = std::min(qb, L - q0);
+      const float* Q = q + (bh * L + q0) * D;
+      const float* K = k + (b * sh.kv_heads + hkv) * S * D;
+      const float* V = v + (b * sh.kv_heads + hkv) * S * Dv;
+      merged_blocks(bm, bm.partial, bm.full, mask_row(b, h, qi), blocks);
+      std::fill_n(m.begin(), nq, ninf);
+      std::fill_n(l.begin(), nq, 0.0f);
+      std::fill_n(acc.begin(), nq * Dv, 0.0f);
+      for (const BlockRef& blk : blocks) {
+        const std::int64_t k0 = blk.index * kb, nk = std::min(kb, S - k0);
+        // s [nq, nk] (row stride kb) = scale * Q K^T
+        gemm_f32(false, true, nq, nk, D, sh.scale, Q, D, K + k0 * D, D, 0.0f, s.data(), kb);
+        if (!score_mod.is_identity()) score_mod.apply_tile(b, h, q0, nq, k0, nk, s.data(), kb, nullptr);
+        if (!blk.full) {
+          bm.mask.fill(b, h, q0, nq, k0, nk, mtile.data(), kb);
+          for (std::int64_t i = 0; i < nq; ++i) row_apply_mask(s.data() + i * kb, mtile.data() + i * kb, nk);
+        }
+        for (std::int64_t i = 0; i < nq; ++i) {
+          float* row = s.data() + i * kb;
+          const float m_new = std::max(m[i], row_max(row, nk));
+          if (m_new == ninf) {
+            // Nothing allowed in this row so far: P is zero.
+            std::fill_n(row, nk, 0.0f);
+            continue;
+          }
+          const float alpha = m[i] == ninf ? 0.0f : std::exp(m[i] - m_new);
+          l[i] = l[i] * alpha + row_exp_sum(row, nk, m_new);
+          m[i] = m_new;
+          if (alpha != 1.0f) {
+            float* o = acc.data() + i * Dv;
+            for (std::int64_t j = 0; j < Dv; ++j) o[j] *= alpha;
+          }
+        }
+        // acc [nq, Dv] += P V
+        gemm_f32(false, false, nq, Dv, nk, 1.0f, s.data(), kb, V + k0 * Dv, Dv, 1.0f, acc.data(), Dv);
+      }
+      float* O = out + (bh * L + q0) * Dv;
+      float* LSE = lse + bh * L + q0;
+      for (std::int64_t i = 0; i < nq; ++i) {
+        float* o = O + i * Dv;
+        if (l[i] > 0.0f) {
+          const float inv = 1.0f / l[i];
+          for (std::int64_t j = 0; j < Dv; ++j) o[j] = acc[static_cast<std::size_t>(i * Dv + j)] * inv;
+          LSE[i] = m[i] + std::log(l[i]);
+        } else {
+          std::fill_n(o, Dv, 0.0f);
+          LSE[i] = ninf;
+        }
+      }
+    }
+  });
+}
+
+}  // namespace lmcore::attention::detail

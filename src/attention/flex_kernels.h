@@ -1,0 +1,38 @@
+// Private: the f32 flash-style kernels behind flex_attention and sdpa, on contiguous f32 buffers.
+//
+//   q [B, Hq, L, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv], out / d_out [B, Hq, L, Dv], lse [B, Hq, L]
+//   dq, dk, dv like q, k, v (overwritten)
+#pragma once
+
+#include <cstdint>
+
+#include "lmcore/attention/block_mask.h"
+#include "lmcore/attention/score_mod.h"
+
+namespace lmcore::attention::detail {
+
+struct AttentionShape {
+  std::int64_t batch, q_heads, kv_heads, q_len, kv_len, head_dim, value_dim;
+  float scale;
+};
+
+void flex_forward_f32(const AttentionShape& shape, const BlockMask& mask, const ScoreMod& score_mod,
+                      const float* q, const float* k, const float* v, float* out, float* lse);
+
+void flex_backward_f32(const AttentionShape& shape, const BlockMask& mask, const ScoreMod& score_mod,
+                       const float* q, const float* k, const float* v, const float* out, const float* d_out,
+                       const float* lse, float* dq, float* dk, float* dv);
+
+// While alive, OpenBLAS runs single-threaded: the kernels call sgemm on small tiles from inside
+// parallel_for, and a threaded sgemm per tile from every worker oversubscribes the cores (measured on
+// the 2-core box: 128x128x64 tiles from 2 workers reach 62 GFLOPS with 1 BLAS thread, 9 with 2).
+// Nested and concurrent guards share one count; the last one out restores the previous setting.
+class BlasSingleThreaded {
+ public:
+  BlasSingleThreaded();
+  ~BlasSingleThreaded();
+  BlasSingleThreaded(const BlasSingleThreaded&) = delete;
+  BlasSingleThreaded& operator=(const BlasSingleThreaded&) = delete;
+};
+
+}  // namespace lmcore::attention::detail

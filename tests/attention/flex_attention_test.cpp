@@ -1,0 +1,205 @@
+#include "lmcore/attention/flex_attention.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "lmcore/attention/reference.h"
+#include "lmcore/core/parallel.h"
+#include "tests/attention/test_util.h"
+
+namespace lmcore::attention {
+namespace {
+
+using testing::all_close;
+using testing::random_tensor;
+
+struct Case {
+  std::string name;
+  std::int64_t B, Hq, Hkv, L, S, D, Dv;
+  std::int64_t q_block, kv_block;
+  MaskMod mask;
+  ScoreMod mod;
+  DType dtype = DType::f32;
+  double scale = 0.0;
+};
+
+std::vector<std::int64_t> doc_ids(std::int64_t n, std::int64_t len) {
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) ids[static_cast<std::size_t>(i)] = i / len + (i % 3 == 0 && i > 40 ? 0 : 0);
+  return ids;
+}
+
+// Runs the case forward and backward through flex attention and compares with the naive reference.
+void run_case(const Case& c, std::uint32_t seed) {
+  SCOPED_TRACE(c.name);
+  const Tensor q = random_tensor({c.B, c.Hq, c.L, c.D}, seed, c.dtype);
+  const Tensor k = random_tensor({c.B, c.Hkv, c.S, c.D}, seed + 1, c.dtype);
+  const Tensor v = random_tensor({c.B, c.Hkv, c.S, c.Dv}, seed + 2, c.dtype);
+  const Tensor g = random_tensor({c.B, c.Hq, c.L, c.Dv}, seed + 3, c.dtype);
+  const BlockMask bm = create_block_mask(c.mask, c.B, c.Hq, c.L, c.S, c.q_block, c.kv_block);
+  FlexOptions opt;
+  opt.block_mask = &bm;
+  opt.score_mod = c.mod;
+  opt.scale = c.scale;
+  opt.return_lse = true;
+  const FlexResult r = flex_attention(q, k, v, opt);
+  ASSERT_EQ(r.out.dtype(), c.dtype);
+  const FlexResult ref = attention_reference(q, k, v, c.mask, c.mod, c.scale);
+  const bool low = c.dtype != DType::f32;
+  // Low precision: inputs are the same rounded values on both sides; the output is rounded once more.
+  const double atol = low ? 2e-2 : 2e-5, rtol = low ? 2e-2 : 2e-5;
+  EXPECT_TRUE(all_close("out", r.out, ref.out, atol, rtol));
+  EXPECT_TRUE(all_close("lse", r.lse, ref.lse, 1e-4, 1e-5));
+
+  const FlexGrads gr = flex_attention_backward(q, k, v, r.out, r.lse, g, opt);
+  const FlexGrads want = attention_backward_reference(q, k, v, g, c.mask, c.mod, c.scale);
+  ASSERT_EQ(gr.dq.dtype(), c.dtype);
+  // The kernel's delta uses the rounded output in low precision: looser there.
+  const double gatol = low ? 6e-2 : 5e-5, grtol = low ? 4e-2 : 5e-5;
+  EXPECT_TRUE(all_close("dq", gr.dq, want.dq, gatol, grtol));
+  EXPECT_TRUE(all_close("dk", gr.dk, want.dk, gatol, grtol));
+  EXPECT_TRUE(all_close("dv", gr.dv, want.dv, gatol, grtol));
+}
+
+TEST(FlexAttention, MasksShapesAndBlocksMatchReference) {
+  const std::vector<Case> cases = {
+      {"dense, one block", 1, 1, 1, 8, 8, 4, 4, 16, 16, MaskMod::all(), {}},
+      {"causal, L != S, odd", 2, 2, 2, 37, 53, 8, 8, 16, 16, MaskMod::causal(), {}},
+      {"causal, L > S", 1, 2, 1, 61, 23, 16, 8, 16, 8, MaskMod::causal(), {}},
+      {"below one block", 1, 3, 3, 5, 7, 12, 20, 128, 128, MaskMod::causal(), {}},
+      {"sliding window", 1, 2, 2, 90, 90, 16, 16, 16, 16, MaskMod::sliding_window(13), {}},
+      {"sliding window 0", 1, 1, 1, 33, 33, 8, 8, 8, 8, MaskMod::sliding_window(0), {}},
+      {"prefix lm", 1, 2, 2, 70, 70, 8, 8, 16, 32, MaskMod::prefix_lm(21), {}},
+      {"document", 2, 2, 1, 80, 80, 8, 8, 16, 16, MaskMod::document(doc_ids(80, 23)), {}},
+      {"chunked", 1, 2, 2, 75, 75, 8, 4, 16, 16, MaskMod::chunked(20), {}},
+      {"GQA 4:1, sliding", 1, 8, 2, 50, 64, 16, 16, 16, 16, MaskMod::sliding_window(9), {}},
+      {"causal & document", 1, 2, 2, 64, 64, 8, 8, 16, 16, MaskMod::causal() & MaskMod::document(doc_ids(64, 10)), {}},
+      {"window | prefix", 1, 1, 1, 60, 60, 8, 8, 16, 16, MaskMod::sliding_window(4) | MaskMod::prefix_lm(7), {}},
+      {"not causal (empty last row)", 1, 2, 2, 40, 40, 8, 8, 16, 16, !MaskMod::causal(), {}},
+      {"head dim 256", 1, 1, 1, 20, 30, 256, 256, 16, 16, MaskMod::causal(), {}, DType::f32, 0.02},
+      {"custom scale", 1, 1, 1, 20, 20, 8, 8, 8, 8, MaskMod::causal(), {}, DType::f32, 0.7},
+  };
+  std::uint32_t seed = 100;
+  for (const Case& c : cases) run_case(c, seed += 10);
+}
+
+TEST(FlexAttention, ScoreModsMatchReference) {
+  std::vector<float> bias(2 * (2 * 6 + 1));
+  for (std::size_t i = 0; i < bias.size(); ++i) bias[i] = 0.1f * static_cast<float>(i % 7) - 0.3f;
+  const auto user = ScoreMod::from_function(
+      [](float s, std::int64_t, std::int64_t h, std::int64_t q, std::int64_t kv) {
+        return s * (1.0f + 0.1f * static_cast<float>(h)) + 0.01f * static_cast<float>(q - kv);
+      },
+      [](float, std::int64_t, std::int64_t h, std::int64_t, std::int64_t) { return 1.0f + 0.1f * static_cast<float>(h); });
+  const std::vector<Case> cases = {
+      {"alibi", 1, 4, 2, 40, 40, 8, 8, 16, 16, MaskMod::causal(), ScoreMod::alibi(ScoreMod::alibi_slopes(4))},
+      {"softcap", 1, 2, 2, 45, 33, 8, 8, 16, 16, MaskMod::all(), ScoreMod::softcap(0.8f), DType::f32, 1.0},
+      {"relative bias", 1, 2, 2, 40, 40, 8, 8, 16, 16, MaskMod::sliding_window(10), ScoreMod::relative_position_bias(bias, 6)},
+      {"user with derivative", 1, 3, 3, 30, 30, 8, 8, 16, 16, MaskMod::causal(), user},
+      {"alibi then softcap", 1, 2, 1, 50, 50, 8, 8, 16, 16, MaskMod::document(doc_ids(50, 12)),
+       ScoreMod::alibi({0.5f, 0.25f}).then(ScoreMod::softcap(2.0f))},
+  };
+  std::uint32_t seed = 500;
+  for (const Case& c : cases) run_case(c, seed += 10);
+}
+
+TEST(FlexAttention, UserMaskCallable) {
+  auto fn = [](std::int64_t b, std::int64_t h, std::int64_t q, std::int64_t kv) {
+    return kv <= q && ((q - kv) % 3 != 1 || b == h);
+  };
+  run_case({"user mask", 2, 2, 2, 41, 41, 8, 8, 16, 16, MaskMod::from_function(fn), {}}, 900);
+}
+
+TEST(FlexAttention, LowPrecision) {
+  run_case({"bf16 causal", 1, 2, 1, 45, 45, 16, 16, 16, 16, MaskMod::causal(), {}, DType::bf16}, 1000);
+  run_case({"f16 window + softcap", 1, 2, 2, 50, 40, 16, 8, 16, 16, MaskMod::sliding_window(7), ScoreMod::softcap(3.0f),
+            DType::f16},
+           1100);
+}
+
+TEST(FlexAttention, EmptyRowsGiveZeroAndMinusInfinityNeverNaN) {
+  // Queries 0..9 see nothing: kv must be > q + 100 beyond the sequence for them.
+  const MaskMod m = MaskMod::from_function([](std::int64_t, std::int64_t, std::int64_t q, std::int64_t kv) {
+    return q >= 10 && kv <= q;
+  });
+  const Tensor q = random_tensor({1, 1, 30, 8}, 1), k = random_tensor({1, 1, 30, 8}, 2),
+               v = random_tensor({1, 1, 30, 8}, 3), g = random_tensor({1, 1, 30, 8}, 4);
+  for (std::int64_t block : {8, 128}) {
+    const BlockMask bm = create_block_mask(m, 1, 1, 30, 30, block, block);
+    FlexOptions opt;
+    opt.block_mask = &bm;
+    opt.return_lse = true;
+    const FlexResult r = flex_attention(q, k, v, opt);
+    const auto out = r.out.to_vector<float>(), lse = r.lse.to_vector<float>();
+    for (std::int64_t i = 0; i < 30; ++i) {
+      if (i < 10) {
+        EXPECT_EQ(lse[static_cast<std::size_t>(i)], -INFINITY) << i;
+        for (std::int64_t j = 0; j < 8; ++j) EXPECT_EQ(out[static_cast<std::size_t>(i * 8 + j)], 0.0f);
+      } else {
+        EXPECT_TRUE(std::isfinite(lse[static_cast<std::size_t>(i)]));
+      }
+    }
+    const FlexGrads gr = flex_attention_backward(q, k, v, r.out, r.lse, g, opt);
+    for (const Tensor& t : {gr.dq, gr.dk, gr.dv})
+      for (float x : t.to_vector<float>()) ASSERT_TRUE(std::isfinite(x));
+    const auto dq = gr.dq.to_vector<float>();
+    for (std::int64_t i = 0; i < 10 * 8; ++i) EXPECT_EQ(dq[static_cast<std::size_t>(i)], 0.0f);
+    const FlexGrads want = attention_backward_reference(q, k, v, g, m);
+    EXPECT_TRUE(all_close("dk", gr.dk, want.dk, 5e-5, 5e-5));
+  }
+}
+
+TEST(FlexAttention, NoBlockMaskIsDenseAndStridedInputsWork) {
+  const Tensor q = random_tensor({1, 2, 33, 8}, 7), k = random_tensor({1, 2, 21, 8}, 8);
+  const Tensor v_big = random_tensor({1, 21, 2, 8}, 9);
+  const Tensor v = v_big.transpose(1, 2);  // non-contiguous view [1, 2, 21, 8]
+  FlexOptions opt;
+  opt.return_lse = true;
+  const FlexResult r = flex_attention(q, k, v, opt);
+  const FlexResult ref = attention_reference(q, k, v, MaskMod::all());
+  EXPECT_TRUE(all_close("out", r.out, ref.out, 2e-5, 2e-5));
+  const FlexResult r2 = flex_attention(q, k, v);
+  EXPECT_FALSE(r2.lse.defined());
+}
+
+TEST(FlexAttention, BackwardIsDeterministic) {
+  const Tensor q = random_tensor({1, 4, 200, 16}, 11), k = random_tensor({1, 2, 200, 16}, 12),
+               v = random_tensor({1, 2, 200, 16}, 13), g = random_tensor({1, 4, 200, 16}, 14);
+  const BlockMask bm = create_block_mask(MaskMod::causal(), 1, 1, 200, 200, 32, 32);
+  FlexOptions opt;
+  opt.block_mask = &bm;
+  opt.return_lse = true;
+  const FlexResult r = flex_attention(q, k, v, opt);
+  const FlexGrads a = flex_attention_backward(q, k, v, r.out, r.lse, g, opt);
+  for (int rep = 0; rep < 3; ++rep) {
+    const FlexGrads b = flex_attention_backward(q, k, v, r.out, r.lse, g, opt);
+    EXPECT_EQ(a.dq.to_vector<float>(), b.dq.to_vector<float>());
+    EXPECT_EQ(a.dk.to_vector<float>(), b.dk.to_vector<float>());
+    EXPECT_EQ(a.dv.to_vector<float>(), b.dv.to_vector<float>());
+  }
+}
+
+TEST(FlexAttention, Validation) {
+  const Tensor q = random_tensor({1, 3, 8, 4}, 1), k = random_tensor({1, 2, 8, 4}, 2), v = random_tensor({1, 2, 8, 4}, 3);
+  EXPECT_THROW(flex_attention(q, k, v), Error);  // 3 heads over 2
+  const Tensor q2 = random_tensor({1, 2, 8, 4}, 1);
+  const BlockMask wrong = create_block_mask(MaskMod::causal(), 1, 1, 9, 8);
+  FlexOptions opt;
+  opt.block_mask = &wrong;
+  EXPECT_THROW(flex_attention(q2, k, v, opt), Error);
+  EXPECT_THROW(flex_attention(q2, k.to(DType::bf16), v), Error);
+  const Tensor big = random_tensor({1, 1, 4, 257}, 4);
+  EXPECT_THROW(flex_attention(big, big, big), Error);
+  FlexOptions noderiv;
+  noderiv.score_mod = ScoreMod::from_function([](float s, std::int64_t, std::int64_t, std::int64_t, std::int64_t) { return s; });
+  noderiv.return_lse = true;
+  const FlexResult r = flex_attention(q2, k, v, noderiv);  // the forward needs no derivative
+  EXPECT_THROW(flex_attention_backward(q2, k, v, r.out, r.lse, r.out, noderiv), Error);
+  FlexOptions alibi;
+  alibi.score_mod = ScoreMod::alibi({0.5f});  // one slope, two heads
+  EXPECT_THROW(flex_attention(q2, k, v, alibi), Error);
+}
+
+}  // namespace
+}  // namespace lmcore::attention

@@ -1,0 +1,61 @@
+#include "lmcore/attention/sdpa.h"
+
+#include <gtest/gtest.h>
+
+#include "lmcore/attention/reference.h"
+#include "tests/attention/test_util.h"
+
+namespace lmcore::attention {
+namespace {
+
+using testing::all_close;
+using testing::random_tensor;
+
+void check(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& o, const MaskMod& as_mask) {
+  const Tensor g = random_tensor(Shape{q.size(0), q.size(1), q.size(2), v.size(3)}, 77);
+  const SdpaResult r = sdpa(q, k, v, o);
+  const FlexResult ref = attention_reference(q, k, v, as_mask);
+  EXPECT_TRUE(all_close("out", r.out, ref.out, 2e-5, 2e-5));
+  EXPECT_TRUE(all_close("lse", r.lse, ref.lse, 1e-4, 1e-5));
+  const FlexGrads gr = sdpa_backward(q, k, v, r.out, r.lse, g, o);
+  const FlexGrads want = attention_backward_reference(q, k, v, g, as_mask);
+  EXPECT_TRUE(all_close("dq", gr.dq, want.dq, 5e-5, 5e-5));
+  EXPECT_TRUE(all_close("dk", gr.dk, want.dk, 5e-5, 5e-5));
+  EXPECT_TRUE(all_close("dv", gr.dv, want.dv, 5e-5, 5e-5));
+}
+
+TEST(Sdpa, DenseCausalAndExplicitMask) {
+  const Tensor q = random_tensor({2, 4, 45, 16}, 1), k = random_tensor({2, 2, 70, 16}, 2),
+               v = random_tensor({2, 2, 70, 8}, 3);
+  SdpaOptions dense;
+  dense.block = 16;
+  check(q, k, v, dense, MaskMod::all());
+  SdpaOptions causal = dense;
+  causal.causal = true;
+  check(q, k, v, causal, MaskMod::causal());
+  // An explicit [L, S] mask with an empty row.
+  std::vector<std::uint8_t> bits(45 * 70);
+  for (std::int64_t i = 0; i < 45; ++i)
+    for (std::int64_t j = 0; j < 70; ++j) bits[static_cast<std::size_t>(i * 70 + j)] = i != 3 && (i * j) % 7 != 1;
+  const Tensor m = Tensor::from_vector(bits, {45, 70}).view_as_dtype(DType::boolean);
+  SdpaOptions masked = dense;
+  masked.attn_mask = m;
+  check(q, k, v, masked, MaskMod::from_tensor(m));
+}
+
+TEST(Sdpa, Validation) {
+  const Tensor q = random_tensor({1, 1, 8, 4}, 1);
+  SdpaOptions both;
+  both.causal = true;
+  both.attn_mask = Tensor::zeros({8, 8}, DType::boolean);
+  EXPECT_THROW(sdpa(q, q, q, both), Error);
+  SdpaOptions bad;
+  bad.attn_mask = Tensor::zeros({7, 8}, DType::boolean);
+  EXPECT_THROW(sdpa(q, q, q, bad), Error);
+  SdpaOptions f;
+  f.attn_mask = Tensor::zeros({8, 8}, DType::f32);
+  EXPECT_THROW(sdpa(q, q, q, f), Error);
+}
+
+}  // namespace
+}  // namespace lmcore::attention
