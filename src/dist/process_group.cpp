@@ -1,0 +1,687 @@
+// ProcessGroup's life cycle: options from the environment, rendezvous over the store, the worker
+// that runs calls in order, failure handling (roll call, trace dump, logs), abort, and the Work
+// handle. Shrink/reconfigure/join are in membership.cpp; the algorithms in collectives.cpp.
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include "src/dist/group_impl.h"
+#include "src/dist/membership.h"
+
+namespace lmcore::dist {
+
+std::string_view reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::avg: return "avg";
+    case ReduceOp::product: return "product";
+    case ReduceOp::min: return "min";
+    case ReduceOp::max: return "max";
+    case ReduceOp::premul_sum: return "premul_sum";
+  }
+  return "?";
+}
+
+ReduceOp reduce_op_from_name(std::string_view name) {
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::product, ReduceOp::min, ReduceOp::max,
+                      ReduceOp::premul_sum}) {
+    if (reduce_op_name(op) == name) return op;
+  }
+  fail("reduce_op_from_name: '{}' is not a reduce op, expected sum, avg, product, min, max or premul_sum", name);
+}
+
+namespace detail {
+
+const char* op_kind_name(OpKind kind) {
+  switch (kind) {
+    case OpKind::all_reduce: return "all_reduce";
+    case OpKind::broadcast: return "broadcast";
+    case OpKind::all_gather: return "all_gather_single";
+    case OpKind::reduce_scatter: return "reduce_scatter_single";
+    case OpKind::all_to_all: return "all_to_all_single";
+    case OpKind::barrier: return "barrier";
+    case OpKind::send: return "send";
+    case OpKind::recv: return "recv";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// Gloo's rendezvous talks to lmcore's store through this adapter.
+class GlooStore final : public gloo::rendezvous::Store {
+ public:
+  GlooStore(std::shared_ptr<dist::Store> s, std::chrono::milliseconds timeout) : s_(std::move(s)), timeout_(timeout) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    s_->set(key, std::string(data.begin(), data.end()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    const std::string v = s_->get(key, timeout_);
+    return std::vector<char>(v.begin(), v.end());
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    if (!s_->wait(keys, std::min(timeout, timeout_))) {
+      throw StoreError(fmt::format("rendezvous: peers did not publish their addresses within {} ms (store {})",
+                                   std::min(timeout, timeout_).count(), s_->url()));
+    }
+  }
+
+ private:
+  std::shared_ptr<dist::Store> s_;
+  std::chrono::milliseconds timeout_;
+};
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  try {
+    return std::stoi(v);
+  } catch (const std::exception&) {
+    fail("ProcessGroup: environment variable {}='{}' is not an integer", name, v);
+  }
+}
+
+std::string env_str(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? std::string() : std::string(v);
+}
+
+// The local address that routes to host:port (connect(2) on a UDP socket sends nothing).
+std::string local_address_towards(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || res == nullptr) return "";
+  std::string out;
+  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+    sockaddr_in local{};
+    socklen_t len = sizeof(local);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      char buf[INET_ADDRSTRLEN];
+      if (inet_ntop(AF_INET, &local.sin_addr, buf, sizeof(buf))) out = buf;
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  freeaddrinfo(res);
+  return out;
+}
+
+}  // namespace
+
+GroupOptions resolve_options(GroupOptions o, bool need_rank) {
+  if (need_rank) {
+    if (o.rank < 0) o.rank = env_int("LMCORE_RANK", -1);
+    if (o.world_size < 0) o.world_size = env_int("LMCORE_WORLD_SIZE", -1);
+    LMCORE_CHECK(o.world_size >= 1, "ProcessGroup: world_size {} (LMCORE_WORLD_SIZE) must be >= 1", o.world_size);
+    LMCORE_CHECK(o.rank >= 0 && o.rank < o.world_size,
+                 "ProcessGroup: rank {} (LMCORE_RANK) must be in [0, world_size {})", o.rank, o.world_size);
+  }
+  if (o.store_url.empty()) o.store_url = env_str("LMCORE_STORE");
+  LMCORE_CHECK(!o.store_url.empty(), "ProcessGroup: no store: pass store_url or set LMCORE_STORE "
+                                     "(file:///path or redis://host:port)");
+  if (const int t = env_int("LMCORE_DIST_TIMEOUT_MS", 0); t > 0 && o.timeout == GroupOptions{}.timeout) {
+    o.timeout = std::chrono::milliseconds(t);
+  }
+  LMCORE_CHECK(o.timeout.count() > 0, "ProcessGroup: timeout must be positive, found {} ms", o.timeout.count());
+  if (const int n = env_int("LMCORE_DIST_TRACE_SIZE", 0); n > 0) o.trace_size = n;
+  if (o.trace_dir.empty()) o.trace_dir = env_str("LMCORE_DIST_TRACE_DIR");
+  if (o.trace_dir.empty()) {
+    const std::string tmp = env_str("TMPDIR");
+    o.trace_dir = (tmp.empty() ? std::string("/tmp") : tmp) + "/lmcore-trace";
+  }
+  if (o.host.empty()) o.host = env_str("LMCORE_DIST_HOST");
+  if (o.host.empty()) {
+    if (o.store_url.rfind("redis://", 0) == 0) {
+      std::string rest = o.store_url.substr(8);
+      const auto colon = rest.rfind(':');
+      const std::string h = rest.substr(0, colon);
+      const int port = colon == std::string::npos ? 6379 : std::atoi(rest.substr(colon + 1).c_str());
+      o.host = local_address_towards(h, port);
+    }
+    if (o.host.empty()) o.host = "127.0.0.1";
+  }
+  return o;
+}
+
+std::shared_ptr<GroupImpl> make_group(const GroupOptions& o, std::shared_ptr<Store> root,
+                                      std::shared_ptr<gloo::transport::Device> device, int rank, int size,
+                                      int generation, std::int64_t join_consumed) {
+  auto g = std::make_shared<GroupImpl>();
+  g->options = o;
+  g->root_store = root;
+  g->group_store = prefix_store(root, o.name + "/");
+  g->rank = rank;
+  g->size = size;
+  g->generation = generation;
+  g->join_consumed = join_consumed;
+  g->host = o.host;
+  g->timeout_ms = o.timeout.count();
+  g->p2p_sent.assign(static_cast<std::size_t>(size), 0);
+  g->p2p_recvd.assign(static_cast<std::size_t>(size), 0);
+  g->recorder.set_capacity(static_cast<std::size_t>(std::max(o.trace_size, 1)));
+  g->log.open_from_env(rank);
+  if (!device) {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = o.host;
+    try {
+      device = gloo::transport::tcp::CreateDevice(attr);
+    } catch (const std::exception& e) {
+      fail("ProcessGroup: cannot listen on '{}' (LMCORE_DIST_HOST): {}", o.host, e.what());
+    }
+  }
+  g->device = device;
+  const auto t0 = Clock::now();
+  if (size > 1) {
+    auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    ctx->setTimeout(o.timeout);
+    GlooStore store(prefix_store(g->group_store, fmt::format("g{}/mesh/", generation)), o.timeout);
+    try {
+      ctx->connectFullMesh(store, device);
+    } catch (const std::exception& e) {
+      throw DistError(DistErrorKind::timeout, "rendezvous", -1, {},
+                      fmt::format("ProcessGroup '{}' generation {}: rank {} of {} could not connect to its peers "
+                                  "within {} ms: {}",
+                                  o.name, generation, rank, size, o.timeout.count(), e.what()));
+    }
+    g->context = ctx;
+  } else {
+    g->context = std::make_shared<gloo::rendezvous::Context>(rank, size);  // no pairs needed
+  }
+  g->log.event(rank, generation, "rendezvous",
+               fmt::format("world_size {} host {} store {} in {:.1f} ms", size, o.host, root->url(),
+                           std::chrono::duration<double, std::milli>(Clock::now() - t0).count()));
+  g->start_worker();
+  return g;
+}
+
+// ---- GroupImpl ----
+
+GroupImpl::~GroupImpl() { stop_worker(); }
+
+void GroupImpl::start_worker() {
+  worker = std::thread([this] { worker_loop(); });
+}
+
+void GroupImpl::stop_worker() {
+  std::vector<P2PThread> p2p;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu);
+    stopping = true;
+    p2p.swap(p2p_threads);
+  }
+  queue_cv.notify_all();
+  if (worker.joinable() && worker.get_id() != std::this_thread::get_id()) worker.join();
+  for (auto& t : p2p) {
+    if (t.thread.get_id() == std::this_thread::get_id()) {
+      t.thread.detach();  // the last owner is this very thread: it ends right after
+    } else if (t.thread.joinable()) {
+      t.thread.join();
+    }
+  }
+}
+
+void GroupImpl::prune_p2p_threads_locked() {
+  for (auto it = p2p_threads.begin(); it != p2p_threads.end();) {
+    bool done;
+    {
+      std::lock_guard<std::mutex> lock(it->work->mu);
+      done = it->work->done;
+    }
+    if (done) {
+      it->thread.join();
+      it = p2p_threads.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void GroupImpl::worker_loop() {
+  while (true) {
+    std::shared_ptr<WorkState> w;
+    {
+      std::unique_lock<std::mutex> lock(queue_mu);
+      queue_cv.wait(lock, [&] { return stopping || (!queue.empty() && !inline_running); });
+      if (queue.empty()) return;  // stopping, and everything queued has run
+      w = queue.front();
+      queue.pop_front();
+      worker_running = true;
+    }
+    execute(*w);
+    {
+      std::lock_guard<std::mutex> lock(queue_mu);
+      worker_running = false;
+    }
+    queue_cv.notify_all();
+  }
+}
+
+std::vector<int> GroupImpl::roll_call(std::int64_t seq, std::chrono::milliseconds window, std::string* note) {
+  std::vector<int> missing;
+  const std::string prefix = fmt::format("g{}/alive/", generation);
+  try {
+    group_store->set(prefix + std::to_string(rank), std::to_string(seq));
+    const auto deadline = Clock::now() + window;
+    while (true) {
+      missing.clear();
+      for (int p = 0; p < size; ++p) {
+        if (p != rank && !group_store->check({prefix + std::to_string(p)})) missing.push_back(p);
+      }
+      if (missing.empty() || Clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  } catch (const std::exception& e) {
+    missing.clear();
+    for (int p = 0; p < size; ++p) {
+      if (p != rank) missing.push_back(p);
+    }
+    if (note) *note = fmt::format(" (the store is unreachable from this rank: {})", e.what());
+  }
+  return missing;
+}
+
+std::string GroupImpl::trace_dump(const std::string& reason, const std::string& path) const {
+  TraceDump d;
+  d.group = options.name;
+  d.rank = rank;
+  d.world_size = size;
+  d.generation = generation;
+  d.reason = reason;
+  d.entries = recorder.snapshot();
+  std::string target = path;
+  if (target.empty()) {
+    target = fmt::format("{}/{}-g{}-rank{}.json", options.trace_dir, options.name, generation, rank);
+  }
+  const std::filesystem::path p(target);
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
+  // Atomic: write a temporary file, fsync, rename.
+  static std::atomic<int> counter{0};
+  const std::string tmp = fmt::format("{}.tmp.{}.{}", target, ::getpid(), counter.fetch_add(1));
+  {
+    std::FILE* f = std::fopen(tmp.c_str(), "wb");
+    LMCORE_CHECK(f != nullptr, "dump_trace: cannot write '{}': {}", tmp, std::strerror(errno));
+    const std::string text = trace_dump_to_json(d);
+    const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
+                    ::fsync(fileno(f)) == 0;
+    std::fclose(f);
+    if (!ok) {
+      std::remove(tmp.c_str());
+      fail("dump_trace: writing '{}' failed", tmp);
+    }
+  }
+  LMCORE_CHECK(std::rename(tmp.c_str(), target.c_str()) == 0, "dump_trace: cannot rename '{}' to '{}': {}", tmp,
+               target, std::strerror(errno));
+  return target;
+}
+
+void GroupImpl::abort_now(const std::string& why) {
+  if (aborted.exchange(true)) return;
+  broken = true;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu);
+    if (broken_reason.empty()) broken_reason = "aborted: " + why;
+  }
+  {
+    std::lock_guard<std::mutex> lock(active_mu);
+    for (auto* b : active) {
+      b->abortWaitRecv();
+      b->abortWaitSend();
+    }
+  }
+  log.event(rank, generation, "abort", why);
+  try {
+    trace_dump("abort", "");
+  } catch (const std::exception&) {
+    // a dump that cannot be written must not stop the abort
+  }
+}
+
+namespace {
+
+std::string tensor_dtype(const OpDesc& op) {
+  const Tensor& t = op.b.defined() ? op.b : op.a;
+  return t.defined() ? std::string(dtype_name(t.dtype())) : "";
+}
+
+std::int64_t op_bytes(const OpDesc& op) {
+  const Tensor& t = op.b.defined() ? op.b : op.a;
+  return t.defined() ? static_cast<std::int64_t>(t.nbytes()) : 0;
+}
+
+}  // namespace
+
+void GroupImpl::execute(WorkState& w) {
+  const OpDesc& op = w.op;
+  const char* name = op_kind_name(op.kind);
+  const auto t0 = Clock::now();
+  recorder.mark_started(w.trace_id);
+  std::exception_ptr error;
+  std::string status = "ok", error_text;
+  std::string where = is_p2p(op.kind) ? fmt::format("{} {} rank {} (#{}", name, op.kind == OpKind::send ? "to" : "from",
+                                                     op.peer, op.seq)
+                                      : fmt::format("{} (seq {}", name, op.seq);
+  where += fmt::format(", generation {}, rank {} of {})", generation, rank, size);
+  try {
+    if (broken.load()) {
+      std::string reason;
+      {
+        std::lock_guard<std::mutex> lock(queue_mu);
+        reason = broken_reason;
+      }
+      throw DistError(aborted.load() ? DistErrorKind::aborted : DistErrorKind::broken, name, op.seq, {},
+                      fmt::format("{}: the group is unusable ({}); call shrink() or reconfigure()", where, reason));
+    }
+    Exec ex(*this, op);
+    if (Clock::now() >= op.deadline) throw DeadlineSignal{};
+    exchange_headers(ex, make_header(*this, op));
+    switch (op.kind) {
+      case OpKind::all_reduce: run_all_reduce(ex); break;
+      case OpKind::broadcast: run_broadcast(ex); break;
+      case OpKind::all_gather: run_all_gather(ex); break;
+      case OpKind::reduce_scatter: run_reduce_scatter(ex); break;
+      case OpKind::all_to_all: run_all_to_all(ex); break;
+      case OpKind::barrier: break;  // the header exchange is the barrier
+      case OpKind::send: run_send(ex); break;
+      case OpKind::recv: run_recv(ex); break;
+    }
+  } catch (const DistError& e) {
+    error = std::current_exception();
+    status = e.kind() == DistErrorKind::mismatch ? "mismatch" : "failed";
+    error_text = e.what();
+  } catch (...) {
+    // A transport failure, a deadline, or abort(): the connections are no longer trustworthy.
+    DistErrorKind kind;
+    std::string cause;
+    try {
+      throw;
+    } catch (const AbortedSignal&) {
+      kind = DistErrorKind::aborted;
+    } catch (const DeadlineSignal&) {
+      kind = DistErrorKind::timeout;
+    } catch (const std::exception& e) {
+      cause = e.what();
+      kind = aborted.load() ? DistErrorKind::aborted
+             : Clock::now() + std::chrono::milliseconds(5) >= op.deadline ? DistErrorKind::timeout
+                                                                         : DistErrorKind::peer_failure;
+    }
+    if (aborted.load()) kind = DistErrorKind::aborted;
+    mark_broken(kind == DistErrorKind::aborted ? "aborted" : std::string(name) + " failed");
+    std::string msg;
+    std::vector<int> missing;
+    if (kind == DistErrorKind::aborted) {
+      msg = fmt::format("{}: aborted", where);
+    } else {
+      std::string note;
+      const auto window = std::chrono::milliseconds(1500);
+      missing = roll_call(op.seq, window, &note);
+      const std::string what = kind == DistErrorKind::timeout
+                                   ? fmt::format("timed out after {} ms", op.timeout.count())
+                                   : fmt::format("a connection failed ({})", cause);
+      msg = fmt::format("{}: {}; ranks that did not answer within {} ms: [{}]{}", where, what, window.count(),
+                        fmt::join(missing, ", "), note);
+    }
+    error_text = msg;
+    status = kind == DistErrorKind::aborted ? "aborted" : kind == DistErrorKind::timeout ? "timeout" : "peer_failure";
+    error = std::make_exception_ptr(DistError(kind, name, op.seq, missing, msg));
+    try {
+      trace_dump(status, "");
+    } catch (const std::exception&) {
+    }
+  }
+  recorder.mark_finished(w.trace_id, error == nullptr, error_text);
+  if (log.enabled()) {
+    LogRecord r;
+    r.rank = rank;
+    r.generation = generation;
+    r.seq = op.seq;
+    r.op = name;
+    r.dtype = tensor_dtype(op);
+    r.bytes = op_bytes(op);
+    r.duration_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    r.status = status;
+    r.error = error_text;
+    r.peer = is_p2p(op.kind) || op.kind == OpKind::broadcast ? op.peer : -1;
+    log.write(r);
+  }
+  {
+    std::lock_guard<std::mutex> lock(w.mu);
+    w.done = true;
+    w.error = error;
+  }
+  w.cv.notify_all();
+}
+
+void GroupImpl::mark_broken(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(queue_mu);
+    if (broken_reason.empty()) broken_reason = why;
+  }
+  broken = true;
+  // Closing every pair tells the peers at once, so their calls fail now instead of at their deadline.
+  if (context && size > 1) {
+    try {
+      context->closeConnections();
+    } catch (const std::exception&) {
+    }
+  }
+}
+
+}  // namespace detail
+
+// ---- Work ----
+
+using detail::Clock;
+
+bool Work::is_completed() const {
+  LMCORE_CHECK(state_ != nullptr, "Work::is_completed: empty Work");
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->done;
+}
+
+void Work::wait() const {
+  LMCORE_CHECK(state_ != nullptr, "Work::wait: empty Work");
+  std::unique_lock<std::mutex> lock(state_->mu);
+  state_->cv.wait(lock, [&] { return state_->done; });
+  if (state_->error) std::rethrow_exception(state_->error);
+}
+
+void Work::wait(std::chrono::milliseconds timeout) const {
+  LMCORE_CHECK(state_ != nullptr, "Work::wait: empty Work");
+  std::unique_lock<std::mutex> lock(state_->mu);
+  if (!state_->cv.wait_for(lock, timeout, [&] { return state_->done; })) {
+    lock.unlock();
+    const char* name = detail::op_kind_name(state_->op.kind);
+    group_->abort_now(fmt::format("Work.wait({} ms) on {} seq {} timed out", timeout.count(), name, state_->op.seq));
+    throw DistError(DistErrorKind::timeout, name, state_->op.seq, {},
+                    fmt::format("{} (seq {}, generation {}, rank {} of {}): Work.wait timed out after {} ms; the group "
+                                "was aborted",
+                                name, state_->op.seq, group_->generation, group_->rank, group_->size, timeout.count()));
+  }
+  if (state_->error) std::rethrow_exception(state_->error);
+}
+
+// ---- ProcessGroup ----
+
+ProcessGroup::ProcessGroup(std::shared_ptr<detail::GroupImpl> impl) : impl_(std::move(impl)) {}
+
+ProcessGroup::ProcessGroup(GroupOptions options) {
+  GroupOptions o = detail::resolve_options(std::move(options), true);
+  auto store = open_store(o.store_url, std::chrono::milliseconds(1000));
+  impl_ = detail::make_group(o, store, nullptr, o.rank, o.world_size, 0, 0);
+}
+
+ProcessGroup::~ProcessGroup() = default;
+ProcessGroup::ProcessGroup(ProcessGroup&&) noexcept = default;
+ProcessGroup& ProcessGroup::operator=(ProcessGroup&&) noexcept = default;
+
+int ProcessGroup::rank() const { return impl_->rank; }
+int ProcessGroup::world_size() const { return impl_->size; }
+int ProcessGroup::generation() const { return impl_->generation; }
+std::chrono::milliseconds ProcessGroup::timeout() const { return std::chrono::milliseconds(impl_->timeout_ms.load()); }
+void ProcessGroup::set_timeout(std::chrono::milliseconds timeout) {
+  LMCORE_CHECK(timeout.count() > 0, "ProcessGroup::set_timeout: timeout must be positive, found {} ms", timeout.count());
+  impl_->timeout_ms = timeout.count();
+}
+bool ProcessGroup::is_broken() const { return impl_->broken.load(); }
+void* ProcessGroup::gloo_context() const { return impl_->context.get(); }
+
+void ProcessGroup::abort() { impl_->abort_now("abort() called"); }
+
+std::string ProcessGroup::trace_json() const {
+  TraceDump d;
+  d.group = impl_->options.name;
+  d.rank = impl_->rank;
+  d.world_size = impl_->size;
+  d.generation = impl_->generation;
+  d.reason = "request";
+  d.entries = impl_->recorder.snapshot();
+  return trace_dump_to_json(d);
+}
+
+std::string ProcessGroup::dump_trace(const std::string& path) const { return impl_->trace_dump("request", path); }
+
+Work ProcessGroup::enqueue(std::shared_ptr<detail::WorkState> state) {
+  detail::GroupImpl& g = *impl_;
+  detail::OpDesc& op = state->op;
+  const auto timeout = op.timeout.count() > 0 ? op.timeout : std::chrono::milliseconds(g.timeout_ms.load());
+  op.timeout = timeout;
+  op.deadline = Clock::now() + timeout;
+  {
+    std::lock_guard<std::mutex> lock(g.queue_mu);
+    if (detail::is_p2p(op.kind)) {
+      LMCORE_CHECK(op.peer >= 0 && op.peer < g.size && op.peer != g.rank,
+                   "{}: peer rank {} must be in [0, {}) and differ from this rank {}", detail::op_kind_name(op.kind),
+                   op.peer, g.size, g.rank);
+      const bool to_peer = op.kind == detail::OpKind::send;
+      auto& counter = to_peer ? g.p2p_sent[static_cast<std::size_t>(op.peer)] : g.p2p_recvd[static_cast<std::size_t>(op.peer)];
+      op.seq = static_cast<std::int64_t>(counter++);
+      const int sender = to_peer ? g.rank : op.peer, receiver = to_peer ? op.peer : g.rank;
+      const std::uint64_t dir = sender < receiver ? 0 : 1;
+      op.p2p_slot_key = (dir << 58) | (static_cast<std::uint64_t>(std::min(sender, receiver)) << 40) |
+                        static_cast<std::uint64_t>(op.seq);
+    } else {
+      op.seq = g.next_seq++;
+    }
+    TraceEntry e;
+    e.seq = op.seq;
+    e.op = detail::op_kind_name(op.kind);
+    e.kind = detail::is_p2p(op.kind) ? "p2p" : "collective";
+    e.peer = op.peer;
+    const Tensor& in = op.b.defined() ? op.b : op.a;
+    if (in.defined()) {
+      e.dtype = dtype_name(in.dtype());
+      e.count_in = in.numel();
+      e.bytes = static_cast<std::int64_t>(in.nbytes());
+    }
+    if (op.a.defined()) e.count_out = op.a.numel();
+    e.state = "scheduled";
+    e.t_enqueue = detail::wall_seconds();
+    state->trace_id = g.recorder.record(std::move(e));
+    if (detail::is_p2p(op.kind)) {
+      // Each send/recv runs on its own thread: a ring of blocking sends followed by receives must
+      // make progress, and Gloo only moves a send's data once the peer has posted the receive.
+      g.prune_p2p_threads_locked();
+      g.p2p_threads.push_back({state, std::thread([impl = impl_, state] { impl->execute(*state); })});
+    } else {
+      g.queue.push_back(state);
+    }
+  }
+  g.queue_cv.notify_all();
+  Work w;
+  w.state_ = std::move(state);
+  w.group_ = impl_;
+  return w;
+}
+
+namespace {
+
+std::shared_ptr<detail::WorkState> make_op(detail::OpKind kind, Tensor a, Tensor b, std::chrono::milliseconds timeout) {
+  auto s = std::make_shared<detail::WorkState>();
+  s->op.kind = kind;
+  s->op.a = std::move(a);
+  s->op.b = std::move(b);
+  s->op.timeout = timeout;
+  return s;
+}
+
+}  // namespace
+
+Work ProcessGroup::all_reduce_async(Tensor tensor, const ReduceOptions& options) {
+  auto s = make_op(detail::OpKind::all_reduce, std::move(tensor), Tensor(), options.timeout);
+  s->op.rop = options.op;
+  s->op.factor = options.premul_factor;
+  return enqueue(std::move(s));
+}
+Work ProcessGroup::broadcast_async(Tensor tensor, int root, const CallOptions& options) {
+  auto s = make_op(detail::OpKind::broadcast, std::move(tensor), Tensor(), options.timeout);
+  s->op.peer = root;
+  return enqueue(std::move(s));
+}
+Work ProcessGroup::all_gather_single_async(Tensor output, Tensor input, const CallOptions& options) {
+  return enqueue(make_op(detail::OpKind::all_gather, std::move(output), std::move(input), options.timeout));
+}
+Work ProcessGroup::reduce_scatter_single_async(Tensor output, Tensor input, const ReduceOptions& options) {
+  auto s = make_op(detail::OpKind::reduce_scatter, std::move(output), std::move(input), options.timeout);
+  s->op.rop = options.op;
+  s->op.factor = options.premul_factor;
+  return enqueue(std::move(s));
+}
+Work ProcessGroup::all_to_all_single_async(Tensor output, Tensor input, const CallOptions& options) {
+  return enqueue(make_op(detail::OpKind::all_to_all, std::move(output), std::move(input), options.timeout));
+}
+Work ProcessGroup::barrier_async(const CallOptions& options) {
+  return enqueue(make_op(detail::OpKind::barrier, Tensor(), Tensor(), options.timeout));
+}
+Work ProcessGroup::send_async(Tensor tensor, int dst, const CallOptions& options) {
+  auto s = make_op(detail::OpKind::send, std::move(tensor), Tensor(), options.timeout);
+  s->op.peer = dst;
+  return enqueue(std::move(s));
+}
+Work ProcessGroup::recv_async(Tensor tensor, int src, const CallOptions& options) {
+  auto s = make_op(detail::OpKind::recv, std::move(tensor), Tensor(), options.timeout);
+  s->op.peer = src;
+  return enqueue(std::move(s));
+}
+
+void ProcessGroup::all_reduce(Tensor& tensor, const ReduceOptions& options) { all_reduce_async(tensor, options).wait(); }
+void ProcessGroup::broadcast(Tensor& tensor, int root, const CallOptions& options) {
+  broadcast_async(tensor, root, options).wait();
+}
+void ProcessGroup::all_gather_single(Tensor& output, const Tensor& input, const CallOptions& options) {
+  all_gather_single_async(output, input, options).wait();
+}
+void ProcessGroup::reduce_scatter_single(Tensor& output, const Tensor& input, const ReduceOptions& options) {
+  reduce_scatter_single_async(output, input, options).wait();
+}
+void ProcessGroup::all_to_all_single(Tensor& output, const Tensor& input, const CallOptions& options) {
+  all_to_all_single_async(output, input, options).wait();
+}
+void ProcessGroup::barrier(const CallOptions& options) { barrier_async(options).wait(); }
+void ProcessGroup::send(const Tensor& tensor, int dst, const CallOptions& options) {
+  send_async(tensor, dst, options).wait();
+}
+void ProcessGroup::recv(Tensor& tensor, int src, const CallOptions& options) { recv_async(tensor, src, options).wait(); }
+
+void ProcessGroup::all_gather_into_tensor(Tensor& output, const Tensor& input, const CallOptions& options) {
+  detail::warn_deprecated_once("all_gather_into_tensor", "all_gather_single");
+  all_gather_single(output, input, options);
+}
+void ProcessGroup::reduce_scatter_tensor(Tensor& output, const Tensor& input, const ReduceOptions& options) {
+  detail::warn_deprecated_once("reduce_scatter_tensor", "reduce_scatter_single");
+  reduce_scatter_single(output, input, options);
+}
+
+}  // namespace lmcore::dist

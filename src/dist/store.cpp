@@ -1,0 +1,88 @@
+// Store: the polling helpers shared by every implementation, the URL parser, and the prefix view.
+#include "lmcore/dist/store.h"
+
+#include <thread>
+
+#include "src/dist/store_impl.h"
+
+namespace lmcore::dist {
+
+bool Store::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // Start fast (rendezvous is latency-bound) and back off to 10 ms so idle waiters stay cheap.
+  auto pause = std::chrono::microseconds(200);
+  while (true) {
+    if (check(keys)) return true;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return false;
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(10));
+  }
+}
+
+std::string Store::get(const std::string& key, std::chrono::milliseconds timeout) {
+  if (!wait({key}, timeout)) {
+    throw StoreError(fmt::format("store {}: key '{}' did not appear within {} ms", url(), key, timeout.count()));
+  }
+  auto v = try_get(key);
+  if (!v) throw StoreError(fmt::format("store {}: key '{}' vanished after it appeared", url(), key));
+  return *v;
+}
+
+namespace {
+
+class PrefixStore final : public Store {
+ public:
+  PrefixStore(std::shared_ptr<Store> base, std::string prefix) : base_(std::move(base)), prefix_(std::move(prefix)) {}
+  void set(const std::string& key, const std::string& value) override { base_->set(prefix_ + key, value); }
+  std::optional<std::string> try_get(const std::string& key) override { return base_->try_get(prefix_ + key); }
+  bool set_if_absent(const std::string& key, const std::string& value) override {
+    return base_->set_if_absent(prefix_ + key, value);
+  }
+  std::int64_t add(const std::string& key, std::int64_t delta) override { return base_->add(prefix_ + key, delta); }
+  bool check(const std::vector<std::string>& keys) override {
+    std::vector<std::string> full;
+    full.reserve(keys.size());
+    for (const auto& k : keys) full.push_back(prefix_ + k);
+    return base_->check(full);
+  }
+  std::string url() const override { return base_->url() + " [" + prefix_ + "]"; }
+
+ private:
+  std::shared_ptr<Store> base_;
+  std::string prefix_;
+};
+
+}  // namespace
+
+std::shared_ptr<Store> prefix_store(std::shared_ptr<Store> base, const std::string& prefix) {
+  return std::make_shared<PrefixStore>(std::move(base), prefix);
+}
+
+std::shared_ptr<Store> open_store(const std::string& url, std::chrono::milliseconds op_timeout) {
+  constexpr std::string_view kFile = "file://", kRedis = "redis://";
+  if (url.rfind(kFile, 0) == 0) {
+    const std::string path = url.substr(kFile.size());
+    LMCORE_CHECK(!path.empty() && path[0] == '/', "open_store: '{}': expected file:///absolute/path", url);
+    return detail::make_file_store(path);
+  }
+  if (url.rfind(kRedis, 0) == 0) {
+    std::string rest = url.substr(kRedis.size());
+    while (!rest.empty() && rest.back() == '/') rest.pop_back();
+    const auto colon = rest.rfind(':');
+    std::string host = colon == std::string::npos ? rest : rest.substr(0, colon);
+    int port = 6379;
+    if (colon != std::string::npos) {
+      try {
+        port = std::stoi(rest.substr(colon + 1));
+      } catch (const std::exception&) {
+        fail("open_store: '{}': port '{}' is not a number", url, rest.substr(colon + 1));
+      }
+    }
+    LMCORE_CHECK(!host.empty() && port > 0 && port < 65536, "open_store: '{}': expected redis://host:port", url);
+    return detail::make_redis_store(host, port, op_timeout);
+  }
+  fail("open_store: '{}': unknown store, expected file:///path or redis://host:port", url);
+}
+
+}  // namespace lmcore::dist

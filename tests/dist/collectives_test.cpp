@@ -1,0 +1,250 @@
+// Every collective and dtype on 2, 3 and 4 ranks over loopback, checked against a local computation
+// of what each rank should hold; the deprecated aliases; mismatch detection on every rank.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "lmcore/dist/process_group.h"
+#include "tests/dist/multiprocess.h"
+
+namespace lmcore::dist {
+namespace {
+
+using testing::fresh_store;
+using testing::run_ranks;
+
+const std::vector<DType> kAllDTypes = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i8,
+                                       DType::u8,  DType::i16, DType::i32, DType::i64,  DType::boolean,
+                                       DType::f8_e4m3fn, DType::f8_e5m2, DType::u16, DType::u32, DType::u64};
+
+// Small integers: exact in every dtype, sums over 4 ranks stay <= 12 (exact even in f8_e4m3fn).
+double value(DType dt, int rank, std::int64_t i, bool for_product) {
+  if (dt == DType::boolean) return ((rank + i) % 3 != 0) ? 1.0 : 0.0;
+  if (for_product) return static_cast<double>((rank + i) % 2 + 1);
+  return static_cast<double>((rank * 7 + i * 3) % 3 + 1);
+}
+
+Tensor filled(DType dt, std::int64_t n, int rank, bool for_product, std::int64_t base = 0) {
+  Tensor t = Tensor::empty({n}, dt);
+  visit_dtype(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* p = t.data<T>();
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double v = value(dt, rank, base + i, for_product);
+      if constexpr (std::is_same_v<T, bool>) p[i] = v != 0; else p[i] = store_from_compute<T>(static_cast<compute_t<T>>(v));
+    }
+  });
+  return t;
+}
+
+double element(const Tensor& t, std::int64_t i) {
+  return visit_dtype(t.dtype(), [&](auto tag) -> double {
+    using T = typename decltype(tag)::type;
+    const T v = t.data<T>()[i];
+    if constexpr (std::is_same_v<T, bool>) return v ? 1.0 : 0.0; else return static_cast<double>(load_as_compute(v));
+  });
+}
+
+double expected_reduce(DType dt, ReduceOp op, int n, std::int64_t i, double factor) {
+  const bool prod = op == ReduceOp::product;
+  double acc = value(dt, 0, i, prod) * (op == ReduceOp::premul_sum ? factor : 1.0);
+  for (int r = 1; r < n; ++r) {
+    const double v = value(dt, r, i, prod);
+    switch (op) {
+      case ReduceOp::product: acc = (dt == DType::boolean) ? (acc != 0 && v != 0) : acc * v; break;
+      case ReduceOp::min: acc = std::min(acc, v); break;
+      case ReduceOp::max: acc = std::max(acc, v); break;
+      case ReduceOp::premul_sum: acc += v * factor; break;
+      default: acc = (dt == DType::boolean) ? (acc != 0 || v != 0) : acc + v; break;
+    }
+  }
+  if (op == ReduceOp::avg) {
+    acc /= n;
+    if (is_integral(dt)) acc = std::trunc(acc);
+  }
+  return acc;
+}
+
+void check_close(const Tensor& got, const std::function<double(std::int64_t)>& want, const std::string& what) {
+  const double tol = is_low_precision(got.dtype()) ? 0.07 : 0.0;  // f8 rounding of avg (e.g. 5/3)
+  for (std::int64_t i = 0; i < got.numel(); ++i) {
+    const double g = element(got, i), w = want(i);
+    RANK_CHECK(std::fabs(g - w) <= tol * std::max(1.0, std::fabs(w)), "{}: element {} is {}, expected {}", what, i, g, w);
+  }
+}
+
+const std::vector<ReduceOp> kOps = {ReduceOp::sum, ReduceOp::avg, ReduceOp::product,
+                                    ReduceOp::min, ReduceOp::max, ReduceOp::premul_sum};
+
+void all_collectives(int rank, int n, const std::string& store) {
+  ProcessGroup pg(testing::group_options(rank, n, store));
+  RANK_CHECK(pg.rank() == rank && pg.world_size() == n, "rank {} world {}", pg.rank(), pg.world_size());
+  const double factor = 2.0;
+  for (DType dt : kAllDTypes) {
+    const std::string dn(dtype_name(dt));
+    // Sizes: tiny, odd, and (for a few dtypes) past the direct all_reduce threshold: the ring path.
+    std::vector<std::int64_t> sizes = {1, 37};
+    if (dt == DType::f32 || dt == DType::bf16 || dt == DType::i64 || dt == DType::u8) sizes.push_back(70001);
+    for (std::int64_t count : sizes) {
+      for (ReduceOp op : kOps) {
+        if (dt == DType::boolean && (op == ReduceOp::avg || op == ReduceOp::premul_sum)) continue;
+        Tensor t = filled(dt, count, rank, op == ReduceOp::product);
+        pg.all_reduce(t, testing::reduce_options(op, factor));
+        check_close(t, [&](std::int64_t i) { return expected_reduce(dt, op, n, i, factor); },
+                    fmt::format("all_reduce {} {} x{}", reduce_op_name(op), dn, count));
+
+        const std::int64_t m = count;
+        Tensor in = filled(dt, m * n, rank, op == ReduceOp::product);
+        Tensor out = Tensor::empty({m}, dt);
+        pg.reduce_scatter_single(out, in, testing::reduce_options(op, factor));
+        check_close(out, [&](std::int64_t i) { return expected_reduce(dt, op, n, rank * m + i, factor); },
+                    fmt::format("reduce_scatter_single {} {} x{}", reduce_op_name(op), dn, m));
+      }
+      // broadcast from the last rank
+      Tensor b = filled(dt, count, rank, false);
+      pg.broadcast(b, n - 1);
+      check_close(b, [&](std::int64_t i) { return value(dt, n - 1, i, false); }, "broadcast " + dn);
+
+      // all_gather_single: rank r's block at [r*count, (r+1)*count)
+      Tensor gin = filled(dt, count, rank, false);
+      Tensor gout = Tensor::empty({count * n}, dt);
+      pg.all_gather_single(gout, gin);
+      check_close(gout, [&](std::int64_t i) { return value(dt, static_cast<int>(i / count), i % count, false); },
+                  "all_gather_single " + dn);
+
+      // all_to_all_single: block j of rank r's input carries values of (rank r, index base j*count)
+      Tensor ain = filled(dt, count * n, rank, false);
+      Tensor aout = Tensor::empty({count * n}, dt);
+      pg.all_to_all_single(aout, ain);
+      check_close(aout, [&](std::int64_t i) { return value(dt, static_cast<int>(i / count), rank * count + i % count, false); },
+                  "all_to_all_single " + dn);
+
+      // send/recv around the ring, both orders at once
+      Tensor s = filled(dt, count, rank, false);
+      Tensor rbuf = Tensor::empty({count}, dt);
+      Work ws = pg.send_async(s, (rank + 1) % n);
+      pg.recv(rbuf, (rank + n - 1) % n);
+      ws.wait();
+      check_close(rbuf, [&](std::int64_t i) { return value(dt, (rank + n - 1) % n, i, false); }, "send/recv " + dn);
+    }
+  }
+  // Async forms, several in flight, waited out of order.
+  Tensor x = filled(DType::f32, 5000, rank, false), y = filled(DType::f32, 5000, rank, false);
+  Tensor g = Tensor::empty({5000 * n}, DType::f32);
+  Work w1 = pg.all_reduce_async(x);
+  Work w2 = pg.all_gather_single_async(g, y);
+  Work w3 = pg.barrier_async();
+  w3.wait(std::chrono::seconds(10));
+  w1.wait();
+  w2.wait();
+  RANK_CHECK(w1.is_completed() && w2.is_completed(), "async works not completed");
+  check_close(x, [&](std::int64_t i) { return expected_reduce(DType::f32, ReduceOp::sum, n, i, 1); }, "async all_reduce");
+  pg.barrier();
+}
+
+class Collectives : public ::testing::TestWithParam<int> {};
+
+TEST_P(Collectives, EveryCollectiveAndDTypeMatchesLocalComputation) {
+  const int n = GetParam();
+  const std::string store = fresh_store("coll");
+  EXPECT_TRUE(run_ranks(n, [&](int rank) { all_collectives(rank, n, store); }));
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives, ::testing::Values(2, 3, 4));
+
+TEST(Collectives, DeprecatedAliasesWarnOncePerProcessAndWork) {
+  const std::string store = fresh_store("alias");
+  const std::string logdir = testing::fresh_dir("alias-log");
+  EXPECT_TRUE(run_ranks(2, [&](int rank) {
+    // Capture this rank's stderr to count the warnings.
+    const std::string path = fmt::format("{}/stderr{}", logdir, rank);
+    RANK_CHECK(std::freopen(path.c_str(), "w", stderr) != nullptr, "freopen");
+    ProcessGroup pg(testing::group_options(rank, 2, store));
+    for (int it = 0; it < 3; ++it) {
+      Tensor in = Tensor::full({4}, rank + 1, DType::f32), out = Tensor::empty({8}, DType::f32);
+      pg.all_gather_into_tensor(out, in);
+      RANK_CHECK(out.to_vector<float>() == std::vector<float>({1, 1, 1, 1, 2, 2, 2, 2}), "alias all_gather");
+      Tensor rin = Tensor::full({4}, rank + 1, DType::f32), rout = Tensor::empty({2}, DType::f32);
+      pg.reduce_scatter_tensor(rout, rin);
+      RANK_CHECK(rout.to_vector<float>() == std::vector<float>({3, 3}), "alias reduce_scatter");
+    }
+    std::fflush(stderr);
+    std::FILE* f = std::fopen(path.c_str(), "r");
+    std::string text;
+    char buf[4096];
+    for (std::size_t k; (k = std::fread(buf, 1, sizeof(buf), f)) > 0;) text.append(buf, k);
+    std::fclose(f);
+    auto count = [&](const std::string& s) {
+      int c = 0;
+      for (auto p = text.find(s); p != std::string::npos; p = text.find(s, p + 1)) ++c;
+      return c;
+    };
+    RANK_CHECK(count("all_gather_into_tensor is deprecated, use all_gather_single") == 1, "stderr: {}", text);
+    RANK_CHECK(count("reduce_scatter_tensor is deprecated, use reduce_scatter_single") == 1, "stderr: {}", text);
+  }));
+}
+
+// Each rank runs `call`, which must throw a mismatch DistError on every rank; then the group must
+// still work.
+void expect_mismatch_everywhere(int n, const std::function<void(ProcessGroup&, int)>& call, const std::string& needle) {
+  const std::string store = fresh_store("mismatch");
+  EXPECT_TRUE(run_ranks(n, [&](int rank) {
+    ProcessGroup pg(testing::group_options(rank, n, store, std::chrono::seconds(10)));
+    const auto t0 = std::chrono::steady_clock::now();
+    bool thrown = false;
+    try {
+      call(pg, rank);
+    } catch (const DistError& e) {
+      thrown = true;
+      RANK_CHECK(e.kind() == DistErrorKind::mismatch, "kind {}: {}", static_cast<int>(e.kind()), e.what());
+      RANK_CHECK(std::string(e.what()).find(needle) != std::string::npos, "message lacks '{}': {}", needle, e.what());
+      RANK_CHECK(std::string(e.what()).find("rank 0:") != std::string::npos, "message lacks per-rank views: {}", e.what());
+    }
+    RANK_CHECK(thrown, "no error on rank {}", rank);
+    RANK_CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5), "mismatch took too long");
+    RANK_CHECK(!pg.is_broken(), "a mismatch must leave the group usable");
+    Tensor t = Tensor::full({3}, 1, DType::i32);
+    pg.all_reduce(t);
+    RANK_CHECK(t.to_vector<std::int32_t>() == std::vector<std::int32_t>(3, n), "group unusable after mismatch");
+  }));
+}
+
+TEST(Mismatch, SizesDifferAcrossRanks) {
+  expect_mismatch_everywhere(3, [](ProcessGroup& pg, int rank) {
+    Tensor t = Tensor::zeros({rank == 1 ? 100 : 64}, DType::f32);
+    pg.all_reduce(t);
+  }, "in=100");
+}
+
+TEST(Mismatch, DTypesDifferAcrossRanks) {
+  expect_mismatch_everywhere(2, [](ProcessGroup& pg, int rank) {
+    Tensor in = Tensor::zeros({8}, rank == 0 ? DType::f32 : DType::i32);
+    Tensor out = Tensor::zeros({16}, in.dtype());
+    pg.all_gather_single(out, in);
+  }, "i32");
+}
+
+TEST(Mismatch, DifferentCollectives) {
+  expect_mismatch_everywhere(2, [](ProcessGroup& pg, int rank) {
+    Tensor t = Tensor::zeros({8}, DType::f32);
+    if (rank == 0) pg.all_reduce(t); else pg.broadcast(t, 0);
+  }, "broadcast");
+}
+
+TEST(Mismatch, WrongOutputSizeOnOneRankIsReportedEverywhere) {
+  expect_mismatch_everywhere(3, [](ProcessGroup& pg, int rank) {
+    Tensor in = Tensor::zeros({12}, DType::f32);
+    Tensor out = Tensor::zeros({rank == 2 ? 5 : 4}, DType::f32);
+    pg.reduce_scatter_single(out, in);
+  }, "invalid here");
+}
+
+TEST(Mismatch, SendRecvSizes) {
+  expect_mismatch_everywhere(2, [](ProcessGroup& pg, int rank) {
+    Tensor t = Tensor::zeros({rank == 0 ? 10 : 11}, DType::f32);
+    if (rank == 0) pg.send(t, 1); else pg.recv(t, 0);
+  }, "send");
+}
+
+}  // namespace
+}  // namespace lmcore::dist
