@@ -1,0 +1,232 @@
+// Fault tolerance on loopback: kill -9 of a rank in the middle of all_reduce and of
+// reduce_scatter_single (survivors error within timeout + 2 s naming op, seq and the dead rank,
+// shrink, compute correctly, and re-admit a restarted rank), a rank that never arrives (timeout),
+// and abort() from another thread.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "lmcore/dist/flight_recorder.h"
+#include "lmcore/dist/process_group.h"
+#include "tests/dist/multiprocess.h"
+
+namespace lmcore::dist {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using testing::fresh_store;
+using testing::group_options;
+using testing::spawn;
+using testing::wait_all;
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+// Checks all_reduce(sum) and reduce_scatter_single(sum) on `pg` with values that depend on the rank.
+void check_group_computes(ProcessGroup& pg, const std::string& what) {
+  const int n = pg.world_size(), r = pg.rank();
+  Tensor t = Tensor::full({100003}, r + 1, DType::f32);
+  pg.all_reduce(t);
+  const float want = static_cast<float>(n * (n + 1) / 2);
+  for (float v : t.to_vector<float>()) RANK_CHECK(v == want, "{}: all_reduce gave {}, expected {}", what, v, want);
+  Tensor in = Tensor::empty({4 * n}, DType::i64);
+  for (int i = 0; i < 4 * n; ++i) in.data<std::int64_t>()[i] = i * (r + 1);
+  Tensor out = Tensor::empty({4}, DType::i64);
+  pg.reduce_scatter_single(out, in);
+  for (int i = 0; i < 4; ++i) {
+    const std::int64_t want_i = static_cast<std::int64_t>(r * 4 + i) * (n * (n + 1) / 2);
+    RANK_CHECK(out.data<std::int64_t>()[i] == want_i, "{}: reduce_scatter[{}] = {}, expected {}", what, i,
+               out.data<std::int64_t>()[i], want_i);
+  }
+}
+
+enum class Victim { all_reduce, reduce_scatter };
+
+// world ranks; `victim` kills itself 30 ms into the big collective; survivors detect, shrink, compute,
+// then a restarted process joins at reconfigure().
+void kill_shrink_rejoin(int world, int victim, Victim which) {
+  const std::string store = fresh_store("kill");
+  const auto timeout = std::chrono::milliseconds(4000);
+  const char* opname = which == Victim::all_reduce ? "all_reduce" : "reduce_scatter_single";
+  const std::int64_t big = 4 << 20;  // 16 MiB of f32 per rank: long enough to die in the middle
+  auto big_call = [&](ProcessGroup& pg) -> Work {
+    Tensor in = Tensor::full({big}, 1, DType::f32);
+    if (which == Victim::all_reduce) return pg.all_reduce_async(in);
+    Tensor out = Tensor::empty({big / pg.world_size()}, DType::f32);
+    return pg.reduce_scatter_single_async(out, in);
+  };
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    pids.push_back(spawn([&, r] {
+      ProcessGroup pg(group_options(r, world, store, timeout));
+      check_group_computes(pg, "before the failure");
+      if (r == victim) {
+        Work w = big_call(pg);
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        raise(SIGKILL);
+      }
+      const auto t0 = Clock::now();
+      bool failed = false;
+      try {
+        big_call(pg).wait();
+      } catch (const DistError& e) {
+        failed = true;
+        const double ms = ms_since(t0);
+        std::fprintf(stderr, "[rank %d] detected the failure of rank %d in %s after %.0f ms (timeout %lld ms): %s\n", r,
+                     victim, opname, ms, static_cast<long long>(timeout.count()), e.what());
+        RANK_CHECK(ms < timeout.count() + 2000.0, "error after {} ms, bound {} ms", ms, timeout.count() + 2000);
+        RANK_CHECK(e.op() == opname, "op '{}'", e.op());
+        RANK_CHECK(e.seq() == 2, "seq {}", e.seq());
+        RANK_CHECK(e.missing_ranks() == std::vector<int>{victim}, "missing [{}]: {}", fmt::join(e.missing_ranks(), ","), e.what());
+        const std::string msg = e.what();
+        RANK_CHECK(msg.find(opname) != std::string::npos && msg.find("seq 2") != std::string::npos &&
+                       msg.find(fmt::format("[{}]", victim)) != std::string::npos,
+                   "message: {}", msg);
+      }
+      RANK_CHECK(failed, "rank {} saw no error", r);
+      RANK_CHECK(pg.is_broken(), "group not marked broken");
+      ShrinkOptions so;
+      so.window = std::chrono::milliseconds(2000);
+      ProcessGroup small = pg.shrink(so);
+      RANK_CHECK(small.world_size() == world - 1 && small.generation() == 1, "shrunk to {} gen {}", small.world_size(),
+                 small.generation());
+      RANK_CHECK(small.rank() == (r < victim ? r : r - 1), "renumbered rank {} from {}", small.rank(), r);
+      check_group_computes(small, "after shrink");
+
+      // A restarted rank is waiting in join(): admit it.
+      ShrinkOptions ro;
+      ro.window = std::chrono::milliseconds(20000);
+      ro.min_joiners = 1;
+      ProcessGroup full = small.reconfigure(ro);
+      RANK_CHECK(full.world_size() == world && full.generation() == 2, "reconfigured to {} gen {}", full.world_size(),
+                 full.generation());
+      RANK_CHECK(full.rank() == small.rank(), "survivor rank changed at reconfigure: {}", full.rank());
+      check_group_computes(full, "after rejoin");
+    }, fmt::format("rank {}", r)));
+  }
+  // Restart the victim once it is dead.
+  int st = 0;
+  ASSERT_EQ(waitpid(pids[victim], &st, 0), pids[victim]);
+  EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+  pid_t joiner = spawn([&] {
+    GroupOptions o = group_options(-1, -1, store, timeout);
+    ProcessGroup pg = ProcessGroup::join(o, std::chrono::seconds(30));
+    RANK_CHECK(pg.rank() == world - 1 && pg.world_size() == world && pg.generation() == 2, "joined as {} of {} gen {}",
+               pg.rank(), pg.world_size(), pg.generation());
+    check_group_computes(pg, "joiner");
+  }, "restarted rank");
+  std::vector<pid_t> rest;
+  for (int r = 0; r < world; ++r) {
+    if (r != victim) rest.push_back(pids[r]);
+  }
+  rest.push_back(joiner);
+  for (int s : wait_all(rest)) EXPECT_TRUE(testing::exited_ok(s));
+}
+
+TEST(FaultTolerance, KillDuringAllReduceThenShrinkAndRejoin) { kill_shrink_rejoin(3, 2, Victim::all_reduce); }
+
+TEST(FaultTolerance, KillDuringReduceScatterThenShrinkAndRejoin) { kill_shrink_rejoin(4, 1, Victim::reduce_scatter); }
+
+TEST(FaultTolerance, AbsentRankTimesOutNamingItAndTraceNamesIt) {
+  const std::string store = fresh_store("absent");
+  const std::string traces = testing::fresh_dir("absent-trace");
+  const auto timeout = std::chrono::milliseconds(1000);
+  EXPECT_TRUE(testing::run_ranks(3, [&](int r) {
+    GroupOptions o = group_options(r, 3, store, timeout);
+    o.trace_dir = traces;
+    ProcessGroup pg(o);
+    pg.barrier();
+    if (r == 1) {  // alive but never calls the collective
+      std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+      pg.dump_trace();
+      return;
+    }
+    Tensor t = Tensor::full({1000}, 1, DType::f32);
+    const auto t0 = Clock::now();
+    try {
+      pg.all_reduce(t);
+      RANK_CHECK(false, "no error");
+    } catch (const DistError& e) {
+      const double ms = ms_since(t0);
+      std::fprintf(stderr, "[rank %d] absent rank 1 detected after %.0f ms (timeout 1000 ms): %s\n", r, ms, e.what());
+      RANK_CHECK(ms >= 900 && ms < timeout.count() + 2000.0, "error after {} ms", ms);
+      RANK_CHECK(e.kind() == DistErrorKind::timeout || e.kind() == DistErrorKind::peer_failure, "kind {}",
+                 static_cast<int>(e.kind()));
+      RANK_CHECK(e.missing_ranks() == std::vector<int>{1}, "missing [{}]", fmt::join(e.missing_ranks(), ","));
+    }
+  }));
+  // Dumps: ranks 0 and 2 on timeout, rank 1 on request. The analysis names seq 1 and rank 1.
+  std::vector<TraceDump> dumps;
+  for (const auto& f : std::filesystem::directory_iterator(traces)) dumps.push_back(load_trace_dump(f.path()));
+  ASSERT_EQ(dumps.size(), 3u);
+  const TraceAnalysis a = analyze_traces(dumps);
+  EXPECT_FALSE(a.agree);
+  EXPECT_EQ(a.first_seq, 1);
+  EXPECT_EQ(a.op, "all_reduce");
+  EXPECT_EQ(a.missing_ranks, std::vector<int>{1});
+  EXPECT_NE(a.report.find("seq 1"), std::string::npos) << a.report;
+}
+
+TEST(FaultTolerance, AbortFromAnotherThreadReleasesABlockedCall) {
+  const std::string store = fresh_store("abort");
+  const std::string traces = testing::fresh_dir("abort-trace");
+  EXPECT_TRUE(testing::run_ranks(2, [&](int r) {
+    GroupOptions o = group_options(r, 2, store, std::chrono::seconds(30));
+    o.trace_dir = traces;
+    ProcessGroup pg(o);
+    pg.barrier();
+    if (r == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      return;
+    }
+    Tensor t = Tensor::full({1 << 20}, 1, DType::f32);
+    std::thread aborter([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      pg.abort();
+    });
+    const auto t0 = Clock::now();
+    bool aborted = false;
+    try {
+      pg.all_reduce(t);
+    } catch (const DistError& e) {
+      aborted = e.kind() == DistErrorKind::aborted;
+      RANK_CHECK(aborted, "kind {}: {}", static_cast<int>(e.kind()), e.what());
+    }
+    aborter.join();
+    const double ms = ms_since(t0);
+    std::fprintf(stderr, "[rank 0] abort() released all_reduce after %.0f ms\n", ms);
+    RANK_CHECK(aborted && ms < 1500, "released after {} ms", ms);
+    RANK_CHECK(std::filesystem::exists(traces + "/pg-g0-rank0.json"), "abort wrote no trace dump");
+    // Later calls fail fast.
+    try {
+      pg.barrier();
+      RANK_CHECK(false, "barrier on an aborted group succeeded");
+    } catch (const DistError& e) {
+      RANK_CHECK(e.kind() == DistErrorKind::aborted, "kind {}", static_cast<int>(e.kind()));
+    }
+  }));
+}
+
+TEST(FaultTolerance, WorkWaitWithTimeoutThrowsAndAborts) {
+  const std::string store = fresh_store("wait");
+  EXPECT_TRUE(testing::run_ranks(2, [&](int r) {
+    ProcessGroup pg(group_options(r, 2, store, std::chrono::seconds(30)));
+    pg.barrier();
+    if (r == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+      return;
+    }
+    Work w = pg.barrier_async();
+    const auto t0 = Clock::now();
+    try {
+      w.wait(std::chrono::milliseconds(200));
+      RANK_CHECK(false, "wait did not time out");
+    } catch (const DistError& e) {
+      RANK_CHECK(e.kind() == DistErrorKind::timeout, "kind {}", static_cast<int>(e.kind()));
+    }
+    RANK_CHECK(ms_since(t0) < 1000, "wait(200 ms) took {} ms", ms_since(t0));
+    RANK_CHECK(pg.is_broken(), "group not aborted");
+  }));
+}
+
+}  // namespace
+}  // namespace lmcore::dist
