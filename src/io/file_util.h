@@ -1,0 +1,88 @@
+// Private helpers of the io part: read-only file mappings, atomic file writing, overflow-checked
+// arithmetic and byte dumps for error messages.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "lmcore/core/error.h"
+
+namespace lmcore::io::detail {
+
+// The bytes of a file, memory-mapped copy-on-write (MAP_PRIVATE, PROT_READ|PROT_WRITE: tensors that
+// view it may be written to without changing the file) or read into an owned buffer. Shared by every
+// tensor that views it (Storage::borrow owners).
+class FileBytes {
+ public:
+  static std::shared_ptr<FileBytes> open(const std::string& path, bool use_mmap);
+  static std::shared_ptr<FileBytes> copy_of(std::span<const std::byte> bytes);
+  ~FileBytes();
+  FileBytes(const FileBytes&) = delete;
+  FileBytes& operator=(const FileBytes&) = delete;
+
+  std::byte* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  std::span<const std::byte> bytes() const { return {data_, size_}; }
+  bool mapped() const { return mapped_; }
+
+ private:
+  FileBytes() = default;
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+  bool mapped_ = false;
+  std::unique_ptr<std::byte[]> owned_;
+};
+
+// Writes a file atomically: bytes go to a temporary file in the same directory, which is fsynced and
+// renamed over `path`, then the directory is fsynced. A crash before commit() leaves `path` as it was;
+// the destructor removes the temporary file when commit() was not reached.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string path);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const void* data, std::size_t n);
+  void write(std::string_view s) { write(s.data(), s.size()); }
+  void write_zeros(std::size_t n);
+  std::uint64_t offset() const { return offset_; }
+  void commit();
+
+ private:
+  void flush();
+  std::string path_, temp_path_;
+  int fd_ = -1;
+  std::uint64_t offset_ = 0;
+  std::string buffer_;
+  bool committed_ = false;
+};
+
+// ---- overflow-checked arithmetic: throw Error naming `what` ----
+std::uint64_t checked_add(std::uint64_t a, std::uint64_t b, const char* what);
+std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, const char* what);
+
+// "3f 00 80 ..." for the first `n` bytes, plus a printable rendering: `89 50 4e 47  ".PNG"`.
+std::string hex_dump(std::span<const std::byte> bytes, std::size_t n = 16);
+
+// Little-endian integer from unaligned bytes.
+template <typename T>
+T read_le(const std::byte* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;  // lmcore builds only for little-endian hosts (checked in file_util.cpp)
+}
+
+template <typename T>
+void append_le(std::string& out, T v) {
+  char b[sizeof(T)];
+  std::memcpy(b, &v, sizeof(T));
+  out.append(b, sizeof(T));
+}
+
+}  // namespace lmcore::io::detail

@@ -1,0 +1,72 @@
+#!/usr/bin/python3
+"""Writes the seed corpora of the io fuzz targets (tests/io/fuzz/corpus/<target>/): small valid files
+made by torch 1.13 and NumPy, and a few malformed ones. Run with /usr/bin/python3 from the repo root;
+the outputs are committed, so this only needs rerunning to change the seeds."""
+import io
+import json
+import pathlib
+import pickle
+import struct
+import zipfile
+
+import numpy as np
+import torch
+
+OUT = pathlib.Path(__file__).resolve().parent / "corpus"
+
+
+def put(target, name, data):
+    d = OUT / target
+    d.mkdir(parents=True, exist_ok=True)
+    (d / name).write_bytes(data)
+
+
+def st(header, data=b""):
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + data
+
+
+# safetensors headers
+put("fuzz_safetensors_header", "two", st({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                                          "b": {"dtype": "BF16", "shape": [1, 2], "data_offsets": [8, 12]},
+                                          "__metadata__": {"k": "v"}}, bytes(12)))
+put("fuzz_safetensors_header", "empty", st({}))
+put("fuzz_safetensors_header", "scalar", st({"s": {"dtype": "I64", "shape": [], "data_offsets": [0, 8]}}, bytes(8)))
+put("fuzz_safetensors_header", "overlap", st({"a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]},
+                                              "b": {"dtype": "U8", "shape": [2], "data_offsets": [1, 3]}}, bytes(3)))
+put("fuzz_safetensors_header", "alltypes", st({d: {"dtype": d, "shape": [1], "data_offsets": [0, 0]} for d in []}))
+put("fuzz_safetensors_header", "dup", b'\x1a\x00\x00\x00\x00\x00\x00\x00{"a":"x","a":"y"}         ')
+
+# torch archives (zip reader) and their pickles (unpickler)
+def torch_bytes(obj, **kw):
+    buf = io.BytesIO()
+    torch.save(obj, buf, **kw)
+    return buf.getvalue()
+
+
+base = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+objs = {
+    "state": {"w": base, "t": base.t(), "b": torch.ones(2, dtype=torch.bfloat16)},
+    "nested": {"model": {"x": torch.tensor(3)}, "step": 5, "lst": [torch.zeros(1), (1, 2.5, "s")]},
+    "param": {"p": torch.nn.Parameter(torch.ones(2))},
+}
+for name, obj in objs.items():
+    data = torch_bytes(obj)
+    put("fuzz_zip_reader", name + ".pt", data)
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        pkl = [n for n in z.namelist() if n.endswith("data.pkl")][0]
+        put("fuzz_unpickler", name + ".pkl", z.read(pkl))
+    put("fuzz_unpickler", name + ".legacy", torch_bytes(obj, _use_new_zipfile_serialization=False))
+buf = io.BytesIO()
+np.savez_compressed(buf, a=np.arange(10), b=np.ones((2, 2), dtype=np.float16))
+put("fuzz_zip_reader", "c.npz", buf.getvalue())
+buf = io.BytesIO()
+with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as z:
+    z.writestr("a/data.pkl", pickle.dumps({"x": 1}, protocol=2))
+    z.writestr("a/version", "3\n")
+put("fuzz_zip_reader", "deflated.zip", buf.getvalue())
+
+# hostile pickles
+put("fuzz_unpickler", "os_system.pkl", b"\x80\x02cos\nsystem\nX\x02\x00\x00\x00id\x85R.")
+put("fuzz_unpickler", "proto4.pkl", pickle.dumps({"a": [1, 2, {"b": (None, True)}], "c": b"xy"}, protocol=4))
+put("fuzz_unpickler", "deep.pkl", b"\x80\x02" + b"]" * 300 + b"a" * 299 + b".")
