@@ -1,0 +1,207 @@
+// lmcore bench lce — fused linear cross-entropy against the unfused path (full logits): extra peak
+// memory (allocation tracker), peak RSS of a fresh process per variant, and forward + backward time.
+//
+// Every measurement runs in a fresh child process (this executable re-run with a hidden
+// --lce-child=SPEC argument), so each variant's peak RSS is its own: the parent reads it from
+// wait4's rusage. A third child per configuration only builds the inputs, giving the RSS baseline.
+//
+// "Extra peak" is the tracker's peak during the call minus what was allocated before it (inputs,
+// weight, the f32 d_weight buffer) minus d_hidden (a gradient the caller keeps).
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "bench/suites/bench_suite.h"
+#include "lmcore/core/allocator.h"
+#include "lmcore/core/parallel.h"
+#include "lmcore/loss/linear_cross_entropy.h"
+
+namespace lmcore::bench {
+
+namespace {
+
+constexpr const char* kChildFlag = "--lce-child=";
+constexpr const char* kResultTag = "LCE_CHILD_RESULT ";
+
+struct Spec {
+  std::string variant;  // inputs | unfused | fused
+  DType dtype = DType::f32;
+  std::int64_t n = 0, h = 0, v = 0;
+  int repeats = 1;
+  std::string encode() const {
+    return fmt::format("{}:{}:{}:{}:{}:{}", variant, dtype_name(dtype), n, h, v, repeats);
+  }
+  static Spec decode(const std::string& s) {
+    Spec spec;
+    std::vector<std::string> parts;
+    std::size_t start = 0;
+    for (std::size_t i = 0; i <= s.size(); ++i)
+      if (i == s.size() || s[i] == ':') {
+        parts.push_back(s.substr(start, i - start));
+        start = i + 1;
+      }
+    LMCORE_CHECK(parts.size() == 6, "bench lce: malformed child spec '{}'", s);
+    spec.variant = parts[0];
+    spec.dtype = dtype_from_name(parts[1]);
+    spec.n = std::stoll(parts[2]);
+    spec.h = std::stoll(parts[3]);
+    spec.v = std::stoll(parts[4]);
+    spec.repeats = std::stoi(parts[5]);
+    return spec;
+  }
+};
+
+Tensor random_tensor(const Shape& shape, std::uint32_t seed, float scale, DType dtype) {
+  Tensor t = Tensor::empty(shape, DType::f32);
+  float* p = t.data<float>();
+  const std::int64_t n = t.numel();
+  parallel_for(0, n, 1 << 16, [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t i = lo; i < hi; ++i) {
+      std::uint32_t s = static_cast<std::uint32_t>(i) * 2654435761u + seed * 97u + 1u;
+      s ^= s >> 15;
+      s *= 2246822519u;
+      s ^= s >> 13;
+      p[i] = (static_cast<float>(s >> 8) / 16777216.0f - 0.5f) * scale;
+    }
+  });
+  return dtype == DType::f32 ? t : t.to(dtype);
+}
+
+// Runs one variant in this process and prints its result line. Returns no tables.
+std::vector<BenchTable> run_child(const Spec& spec) {
+  const Tensor hidden = random_tensor({spec.n, spec.h}, 1, 2.0f, spec.dtype);
+  const Tensor weight = random_tensor({spec.v, spec.h}, 2, 0.2f, spec.dtype);
+  Tensor target = Tensor::empty({spec.n}, DType::i64);
+  for (std::int64_t i = 0; i < spec.n; ++i) target.data<std::int64_t>()[i] = (i * 7919) % spec.v;
+  Tensor d_weight = Tensor::zeros({spec.v, spec.h}, DType::f32);
+  const Tensor grad = Tensor::full({}, 1.0, DType::f32);
+  const LossOptions options;  // mean, no smoothing: the common case; every option runs on the same path
+
+  double best = 0.0, loss = 0.0;
+  std::size_t extra = 0;
+  std::vector<double> times;
+  if (spec.variant != "inputs") {
+    for (int r = 0; r < spec.repeats; ++r) {
+      const std::size_t before = current_bytes();
+      reset_peak_bytes();
+      const auto t0 = std::chrono::steady_clock::now();
+      LinearCrossEntropyOutput out =
+          spec.variant == "fused"
+              ? linear_cross_entropy_with_grad(hidden, weight, target, options, grad, d_weight, Tensor())
+              : linear_cross_entropy_unfused_with_grad(hidden, weight, target, options, grad, d_weight, Tensor());
+      const auto t1 = std::chrono::steady_clock::now();
+      times.push_back(std::chrono::duration<double>(t1 - t0).count());
+      extra = std::max(extra, peak_bytes() - before - out.d_hidden.nbytes());
+      loss = out.loss.item_as_double();
+    }
+    std::sort(times.begin(), times.end());
+    best = times[times.size() / 2];
+  }
+  nlohmann::json j = {{"seconds", best}, {"extra_peak_bytes", extra}, {"loss", loss}};
+  std::printf("%s%s\n", kResultTag, j.dump().c_str());
+  std::fflush(stdout);
+  return {};
+}
+
+struct ChildResult {
+  double seconds = 0.0;
+  double extra_mib = 0.0;
+  double rss_mib = 0.0;
+  double loss = 0.0;
+};
+
+// Re-runs this executable as `lmcore bench lce --lce-child=SPEC` and collects its result and peak RSS.
+ChildResult run_in_child(const Spec& spec) {
+  int fds[2];
+  LMCORE_CHECK(pipe(fds) == 0, "bench lce: pipe() failed");
+  const std::string arg = std::string(kChildFlag) + spec.encode();
+  const pid_t pid = fork();
+  LMCORE_CHECK(pid >= 0, "bench lce: fork() failed");
+  if (pid == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    char exe[] = "/proc/self/exe";
+    char a1[] = "bench", a2[] = "lce";
+    std::vector<char> a3(arg.begin(), arg.end());
+    a3.push_back('\0');
+    char* argv[] = {exe, a1, a2, a3.data(), nullptr};
+    execv(exe, argv);
+    _exit(127);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[4096];
+  for (ssize_t k; (k = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(k));
+  close(fds[0]);
+  int status = 0;
+  rusage usage{};
+  LMCORE_CHECK(wait4(pid, &status, 0, &usage) == pid, "bench lce: wait4 failed");
+  LMCORE_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "bench lce: child '{}' failed (status {}): {}",
+               spec.encode(), status, out);
+  const std::size_t at = out.find(kResultTag);
+  LMCORE_CHECK(at != std::string::npos, "bench lce: child '{}' printed no result: {}", spec.encode(), out);
+  const auto j = nlohmann::json::parse(out.substr(at + std::string(kResultTag).size()));
+  ChildResult r;
+  r.seconds = j["seconds"].get<double>();
+  r.extra_mib = j["extra_peak_bytes"].get<double>() / (1 << 20);
+  r.loss = j["loss"].get<double>();
+  r.rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+  return r;
+}
+
+}  // namespace
+
+std::vector<BenchTable> run_lce_suite(const BenchOptions& options) {
+  for (const std::string& a : options.args)
+    if (a.rfind(kChildFlag, 0) == 0) return run_child(Spec::decode(a.substr(std::string(kChildFlag).size())));
+
+  const std::int64_t n = options.quick ? 256 : 4096;
+  const std::vector<std::int64_t> hs = options.quick ? std::vector<std::int64_t>{128} : std::vector<std::int64_t>{1024, 2048};
+  const std::vector<std::int64_t> vs =
+      options.quick ? std::vector<std::int64_t>{8000, 32000} : std::vector<std::int64_t>{32000, 128256};
+  const int repeats = options.quick ? 3 : 1;
+  const LossOptions defaults;
+
+  BenchTable detail{fmt::format("lce: linear cross-entropy forward+backward, N = {} tokens, mean reduction", n),
+                    {"dtype", "H", "V", "variant", "fwd+bwd s", "extra peak MiB", "peak RSS MiB",
+                     "RSS above inputs MiB", "loss"},
+                    {},
+                    {}};
+  BenchTable ratios{"lce: unfused / fused",
+                    {"dtype", "H", "V", "extra peak x", "RSS above inputs x", "time x (>1: fused faster)"},
+                    {},
+                    {}};
+  for (DType dtype : {DType::f32, DType::bf16})
+    for (std::int64_t h : hs)
+      for (std::int64_t v : vs) {
+        const ChildResult base = run_in_child({"inputs", dtype, n, h, v, 1});
+        const ChildResult u = run_in_child({"unfused", dtype, n, h, v, repeats});
+        const ChildResult f = run_in_child({"fused", dtype, n, h, v, repeats});
+        for (const auto& [name, r] : {std::pair<const char*, const ChildResult&>{"unfused", u}, {"fused", f}})
+          detail.rows.push_back({std::string(dtype_name(dtype)), h, v, name, r.seconds, r.extra_mib, r.rss_mib,
+                                 r.rss_mib - base.rss_mib, r.loss});
+        ratios.rows.push_back({std::string(dtype_name(dtype)), h, v, u.extra_mib / f.extra_mib,
+                               (u.rss_mib - base.rss_mib) / std::max(f.rss_mib - base.rss_mib, 1.0),
+                               u.seconds / f.seconds});
+      }
+  detail.notes.push_back(fmt::format(
+      "fused tiling: automatic from a {} MiB logits budget (whole vocabulary per tile when >= 64 rows fit)",
+      defaults.memory_budget >> 20));
+  detail.notes.push_back(
+      "extra peak: allocation tracker, above inputs + weight + f32 d_weight buffer + d_hidden; peak RSS: ru_maxrss "
+      "of a fresh process per variant; 'inputs' child = same process building the inputs only");
+  detail.notes.push_back(fmt::format("lmcore threads: {}; {} timed run(s) per variant (median)", num_threads(),
+                                     repeats));
+  ratios.notes.push_back("targets: extra peak >= 20x lower at V = 128256, fused extra flat in V, time x >= 1");
+  return {detail, ratios};
+}
+
+}  // namespace lmcore::bench
