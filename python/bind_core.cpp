@@ -8,6 +8,8 @@
 
 namespace lmcore::python {
 
+void bind_core_ops(py::module_& m);  // python/bind_core_ops.cpp
+
 void bind_core(py::module_& m) {
   py::class_<Tensor>(m, "Tensor", py::buffer_protocol(),
                      "A strided view over shared storage. Converts zero-copy to and from NumPy and DLPack.")
@@ -62,6 +64,8 @@ void bind_core(py::module_& m) {
   m.def("num_threads", &num_threads);
   m.def("set_num_threads", &set_num_threads, py::arg("n"));
   m.def("simd_target", &simd_target_name);
+
+  bind_core_ops(m);
 }
 
 }  // namespace lmcore::python
