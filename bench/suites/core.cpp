@@ -1,11 +1,14 @@
 // lmcore bench core — the tensor core's kernels: sgemm GFLOPS (the yardstick other suites quote),
-// and the casts that mixed precision leans on.
+// the casts that mixed precision leans on, reductions, sort and the embedding gradient.
 #include <vector>
 
 #include "bench/suites/bench_suite.h"
 #include "lmcore/core/copy.h"
+#include "lmcore/core/embedding.h"
 #include "lmcore/core/matmul.h"
 #include "lmcore/core/parallel.h"
+#include "lmcore/core/reduce.h"
+#include "lmcore/core/sort.h"
 
 namespace lmcore::bench {
 
@@ -47,7 +50,53 @@ std::vector<BenchTable> run_core_suite(const BenchOptions& options) {
     cast.rows.push_back({c.name, n, s * 1e3, bytes / s / 1e9});
   }
   cast.notes.push_back(fmt::format("lmcore threads: {}", num_threads()));
-  return {gemm, cast};
+
+  // Reductions: rows (the vector kernels), columns (bias-gradient shape) and everything.
+  BenchTable red{"core: sum", {"input", "dims", "ms", "GB/s (in)"}, {}, {}};
+  const std::int64_t rows = options.quick ? 256 : 1024, cols = 16384;
+  const Tensor m = random_tensor({rows, cols}, 4), mb = m.to(DType::bf16);
+  struct RedCase { std::string name; Tensor x; Shape dims; };
+  for (const RedCase& c : {RedCase{"f32 [" + std::to_string(rows) + ", 16384]", m, {-1}},
+                           RedCase{"bf16 [" + std::to_string(rows) + ", 16384]", mb, {-1}},
+                           RedCase{"f32 [" + std::to_string(rows) + ", 16384]", m, {0}},
+                           RedCase{"f32 [" + std::to_string(n) + "]", x, {}}}) {
+    const double s = time_median([&] { (void)sum(c.x, c.dims); }, options.quick ? 5 : 11);
+    red.rows.push_back({c.name, c.dims.empty() ? std::string("all") : std::to_string(c.dims[0]), s * 1e3,
+                        static_cast<double>(c.x.nbytes()) / s / 1e9});
+  }
+
+  BenchTable srt{"core: sort along the last dim (radix, stable)", {"input", "ms", "Melem/s"}, {}, {}};
+  const std::int64_t srows = options.quick ? 8 : 64;
+  const Tensor sx = random_tensor({srows, 65536}, 5);
+  const Tensor si = sx.to(DType::i32);
+  for (const auto& [name, t] : {std::pair<std::string, Tensor>{"f32", sx}, {"i32", si}}) {
+    const double s = time_median([&] { (void)sort(t, -1); }, options.quick ? 3 : 7);
+    srt.rows.push_back({name + " [" + std::to_string(srows) + ", 65536]", s * 1e3, static_cast<double>(t.numel()) / s / 1e6});
+  }
+  const double stk = time_median([&] { (void)topk(sx, 50, -1); }, options.quick ? 3 : 7);
+  srt.rows.push_back({"topk k=50 f32 [" + std::to_string(srows) + ", 65536]", stk * 1e3,
+                      static_cast<double>(sx.numel()) / stk / 1e6});
+
+  BenchTable emb{"core: embedding backward (dense, deterministic)", {"grad", "ids", "V x D", "ms", "GB/s (grad in + out)"}, {}, {}};
+  const std::int64_t V = 50257, D = 768, tokens = options.quick ? 2048 : 8192;
+  Tensor ids = Tensor::empty({tokens}, DType::i64);
+  {
+    std::uint32_t state = 12345;
+    for (std::int64_t i = 0; i < tokens; ++i) {
+      state = state * 1664525u + 1013904223u;
+      ids.data<std::int64_t>()[i] = static_cast<std::int64_t>(state % static_cast<std::uint32_t>(V));
+    }
+  }
+  const Tensor g = random_tensor({tokens, D}, 6);
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Tensor gd = g.to(dt);
+    const double s = time_median([&] { (void)embedding_backward(gd, ids, V); }, options.quick ? 3 : 7);
+    const double bytes = static_cast<double>(gd.nbytes()) + static_cast<double>(V * D) * static_cast<double>(gd.itemsize());
+    emb.rows.push_back({std::string(dtype_name(dt)), tokens, std::to_string(V) + " x " + std::to_string(D), s * 1e3,
+                        bytes / s / 1e9});
+  }
+  emb.notes.push_back("the output [V, D] is written in full (zero rows included), as torch's dense gradient");
+  return {gemm, cast, red, srt, emb};
 }
 
 }  // namespace lmcore::bench

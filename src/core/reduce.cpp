@@ -38,7 +38,17 @@ bool dense_run(const Tensor& t, const std::vector<std::int64_t>& ds) {
   return true;
 }
 
-Plan make_plan(const Tensor& x, const std::vector<std::int64_t>& red, bool keepdim) {
+// True when the kept dims of x form one dense run and the reduction is better done column-wise (see
+// outer_sum) than by making each reduced run dense.
+bool fits_outer(const Tensor& x, const std::vector<std::int64_t>& red, std::int64_t outer, std::int64_t inner) {
+  std::vector<std::int64_t> kept;
+  for (std::int64_t d = 0; d < x.dim(); ++d)
+    if (std::find(red.begin(), red.end(), d) == red.end()) kept.push_back(d);
+  return !kept.empty() && outer >= 16 && inner >= 2 && !dense_run(x, red) && dense_run(x, kept);
+}
+
+// `allow_outer`: the caller handles the fits_outer layout itself, so no dense copy is made for it.
+Plan make_plan(const Tensor& x, const std::vector<std::int64_t>& red, bool keepdim, bool allow_outer = false) {
   Plan p;
   const std::int64_t nd = x.dim();
   std::vector<bool> is_red(static_cast<std::size_t>(nd), false);
@@ -61,7 +71,7 @@ Plan make_plan(const Tensor& x, const std::vector<std::int64_t>& red, bool keepd
   Tensor xp = x.permute(perm);
   for (auto d : red) p.inner *= x.size(d);
   p.outer = checked_numel(p.kept_shape, "reduction");
-  if (!dense_run(xp, red_in_perm)) xp = xp.contiguous();
+  if (!dense_run(xp, red_in_perm) && !(allow_outer && fits_outer(x, red, p.outer, p.inner))) xp = xp.contiguous();
   p.x = xp;
   for (std::size_t i = 0; i < p.kept_shape.size(); ++i) p.kept_strides.push_back(xp.stride(static_cast<std::int64_t>(i)));
   return p;
@@ -178,16 +188,72 @@ Tensor extremum(const Tensor& x, const Shape& dims, bool keepdim, const char* op
   return finish(p, out);
 }
 
+// Sum over "outer" dims: when the kept dims form one dense run (e.g. summing [N, C] over dim 0, the
+// bias-gradient shape), each output column is accumulated across the reduced positions with the
+// columns as the vector dimension, instead of transposing the input first. Rows are added in blocks of
+// kRowBlock into a block sum that is then added to the total, so the rounding error grows like
+// R / kRowBlock + kRowBlock rather than R. Each column's order of additions is fixed, so the result
+// does not depend on how columns are split over threads. Returns false when the layout does not fit.
+template <typename T>
+bool outer_sum(const Tensor& x, const std::vector<std::int64_t>& red, const Plan& p, Tensor& out, bool divide) {
+  if (!fits_outer(x, red, p.outer, p.inner)) return false;
+  Shape rsizes, rstrides;
+  for (auto d : red) {
+    rsizes.push_back(x.size(d));
+    rstrides.push_back(x.stride(d));
+  }
+  using A = sum_acc_t<T>;
+  constexpr std::int64_t kRowBlock = 128, kCols = 512;
+  const T* base = static_cast<const T*>(x.data_ptr());
+  const std::int64_t K = p.outer, R = p.inner;
+  std::vector<std::int64_t> row_off(static_cast<std::size_t>(R));
+  for (std::int64_t r = 0; r < R; ++r) row_off[static_cast<std::size_t>(r)] = detail::offset_of(r, rsizes, rstrides);
+  parallel_for(0, K, std::max<std::int64_t>(kCols, 65536 / R), [&](std::int64_t lo, std::int64_t hi) {
+    A total[kCols], block[kCols];
+    for (std::int64_t c0 = lo; c0 < hi; c0 += kCols) {
+      const std::int64_t w = std::min(kCols, hi - c0);
+      std::fill(total, total + w, A(0));
+      for (std::int64_t r0 = 0; r0 < R; r0 += kRowBlock) {
+        std::fill(block, block + w, A(0));
+        const std::int64_t r1 = std::min(R, r0 + kRowBlock);
+        for (std::int64_t r = r0; r < r1; ++r) {
+          const T* q = base + row_off[static_cast<std::size_t>(r)] + c0;
+          if constexpr (std::is_integral_v<A>) {
+            for (std::int64_t j = 0; j < w; ++j)
+              block[j] = static_cast<A>(static_cast<std::uint64_t>(block[j]) + static_cast<std::uint64_t>(static_cast<std::int64_t>(q[j])));
+          } else {
+            for (std::int64_t j = 0; j < w; ++j) block[j] += load_as_compute(q[j]);
+          }
+        }
+        for (std::int64_t j = 0; j < w; ++j) {
+          if constexpr (std::is_integral_v<A>) total[j] = static_cast<A>(static_cast<std::uint64_t>(total[j]) + static_cast<std::uint64_t>(block[j]));
+          else total[j] += block[j];
+        }
+      }
+      for (std::int64_t j = 0; j < w; ++j) {
+        if constexpr (std::is_integral_v<A>) {
+          out.data<std::int64_t>()[c0 + j] = total[j];
+        } else {
+          out.data<T>()[c0 + j] = store_from_compute<T>(divide ? total[j] / static_cast<A>(R) : total[j]);
+        }
+      }
+    }
+  });
+  return true;
+}
+
 }  // namespace
 
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
   detail::check_computable(x, "sum", "input");
-  const Plan p = make_plan(x, detail::normalize_dims(dims, x.dim(), "sum"), keepdim);
+  const std::vector<std::int64_t> red = detail::normalize_dims(dims, x.dim(), "sum");
+  const Plan p = make_plan(x, red, keepdim, /*allow_outer=*/true);
   const DType out_dtype = is_floating(x.dtype()) ? x.dtype() : DType::i64;
   Tensor out = Tensor::empty(p.kept_shape, out_dtype);
   visit_dtype(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (!detail::is_storage_only_v<T>) {
+      if (outer_sum<T>(x, red, p, out, false)) return;
       using A = sum_acc_t<T>;
       auto rows = reduce_rows<A>(
           p, [&](std::int64_t r, std::int64_t lo, std::int64_t hi) { return sum_run(row_ptr<T>(p, r) + lo, hi - lo); },
@@ -209,11 +275,13 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
 
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
   detail::check_floating(x, "mean", "input");
-  const Plan p = make_plan(x, detail::normalize_dims(dims, x.dim(), "mean"), keepdim);
+  const std::vector<std::int64_t> red = detail::normalize_dims(dims, x.dim(), "mean");
+  const Plan p = make_plan(x, red, keepdim, /*allow_outer=*/true);
   Tensor out = Tensor::empty(p.kept_shape, x.dtype());
   visit_dtype(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (detail::is_floating_v<T>) {
+      if (outer_sum<T>(x, red, p, out, true)) return;
       using A = compute_t<T>;
       auto rows = reduce_rows<A>(
           p, [&](std::int64_t r, std::int64_t lo, std::int64_t hi) { return sum_run(row_ptr<T>(p, r) + lo, hi - lo); },

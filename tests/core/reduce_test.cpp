@@ -107,6 +107,33 @@ TEST(Reduce, AwkwardLengthsAroundTheVectorWidth) {
   }
 }
 
+TEST(Reduce, ColumnSumsOverOuterDims) {
+  // Kept dims dense and innermost: the column-wise path (sum/mean), with row counts around its block.
+  std::uint32_t seed = 500;
+  for (DType dt : testing::compute_dtypes()) {
+    for (std::int64_t rows : {2, 127, 128, 129, 300}) {
+      const Tensor x = random_tensor({rows, 37}, dt, seed++);
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::mean}) {
+        if (!op_supports(op, dt)) continue;
+        expect_matches_reference(op, x, {0}, false, fmt::format("{} rows {}", dt, rows));
+        const Tensor y = random_tensor({3, rows, 2, 17}, dt, seed++);
+        expect_matches_reference(op, y, {0, 1}, true, fmt::format("{} rows {} 4-D", dt, rows));
+        expect_matches_reference(op, y, {1}, false, fmt::format("{} rows {} middle dim", dt, rows));
+      }
+    }
+  }
+  // Columns split differently over threads give the same bits.
+  const Tensor x = random_tensor({1000, 3000}, DType::f32, 9);
+  const int threads = num_threads();
+  set_num_threads(1);
+  const Tensor one = sum(x, {0});
+  set_num_threads(2);
+  const Tensor two = sum(x, {0});
+  set_num_threads(threads);
+  EXPECT_TRUE(same_bits(one, two));
+  EXPECT_TRUE(all_close(one, reduce_reference(ReduceOp::sum, x, {0}, false), 1e-5, 1e-4));
+}
+
 TEST(Reduce, LongRowsSplitIntoChunksStayAccurateAndThreadIndependent) {
   // 2 rows of 300k: the chunked path. Values are positive so cancellation does not hide errors.
   const Tensor x = random_tensor({2, 300001}, DType::f32, 7, 0.0, 1.0);
