@@ -203,13 +203,17 @@ bool outer_sum(const Tensor& x, const std::vector<std::int64_t>& red, const Plan
     rstrides.push_back(x.stride(d));
   }
   using A = sum_acc_t<T>;
-  constexpr std::int64_t kRowBlock = 128, kCols = 512;
+  // kCols columns per pass: wide enough that each row contributes a long contiguous stretch (few
+  // pages touched per row), small enough that the two accumulator rows stay in L1/L2.
+  constexpr std::int64_t kRowBlock = 128, kCols = 4096;
   const T* base = static_cast<const T*>(x.data_ptr());
   const std::int64_t K = p.outer, R = p.inner;
   std::vector<std::int64_t> row_off(static_cast<std::size_t>(R));
   for (std::int64_t r = 0; r < R; ++r) row_off[static_cast<std::size_t>(r)] = detail::offset_of(r, rsizes, rstrides);
   parallel_for(0, K, std::max<std::int64_t>(kCols, 65536 / R), [&](std::int64_t lo, std::int64_t hi) {
-    A total[kCols], block[kCols];
+    std::vector<A> total_buf(static_cast<std::size_t>(std::min(kCols, hi - lo))), block_buf(total_buf.size());
+    A* total = total_buf.data();
+    A* block = block_buf.data();
     for (std::int64_t c0 = lo; c0 < hi; c0 += kCols) {
       const std::int64_t w = std::min(kCols, hi - c0);
       std::fill(total, total + w, A(0));
