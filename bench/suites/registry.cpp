@@ -4,10 +4,12 @@
 namespace lmcore::bench {
 
 std::vector<BenchTable> run_core_suite(const BenchOptions& options);
+std::vector<BenchTable> run_lce_suite(const BenchOptions& options);
 
 const std::vector<BenchSuite>& all_suites() {
   static const std::vector<BenchSuite> suites = {
       {"core", "tensor core: sgemm GFLOPS, cast, sum, sort, embedding backward", run_core_suite},
+      {"lce", "fused linear cross-entropy vs unfused: extra peak memory, peak RSS, fwd+bwd time", run_lce_suite},
   };
   return suites;
 }
