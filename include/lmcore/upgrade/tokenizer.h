@@ -1,0 +1,91 @@
+// lmcore/upgrade/tokenizer.h — a Python tokenizer, so that `upgrade-check` can tell code from
+// comments, strings and docstrings without regular expressions over lines.
+//
+//   auto src = upgrade::tokenize(text);            // never throws on bad input
+//   if (src.error) report(src.error->line, src.error->col, src.error->message);
+//   for (const auto& t : src.tokens)
+//     if (t.kind == upgrade::TokKind::name) use(src.text(t));
+//
+// It follows CPython's tokenizer (Lib/tokenize.py, Parser/tokenizer.c) in the parts that decide what
+// is code: string prefixes (r, b, u, f and their combinations, any case), single and triple quotes,
+// backslash escapes and line continuations, f-strings with nested replacement fields (3.12 rules,
+// which accept every 3.11 f-string), comments, implicit joining inside brackets, INDENT/DEDENT with
+// tabs expanded to multiples of 8 and CPython's tab/space consistency check, \n, \r\n and lone \r
+// line ends, a UTF-8 BOM, and PEP 263 coding cookies (UTF-8 is validated; single-byte encodings such
+// as latin-1 are accepted byte for byte). An f-string is one `string` token, as in Python <= 3.11;
+// the byte ranges of its replacement-field expressions are listed in `fstring_fields` so that a
+// checker can look inside them.
+//
+// Errors a tokenizer can see — unterminated strings, unbalanced brackets, inconsistent dedents,
+// stray characters, bad continuations, invalid UTF-8 — stop tokenizing and are returned in `error`
+// with a 1-based line and 1-based column; the tokens before the error are kept. Grammar errors that
+// need a parser (e.g. `def (:`) are not detected.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lmcore::upgrade {
+
+enum class TokKind : std::uint8_t {
+  name,       // identifiers and keywords
+  number,
+  string,     // any string literal incl. prefix; an f-string is one token
+  op,         // operators and delimiters, longest match
+  newline,    // end of a logical line
+  nl,         // a line end that does not end a logical line (blank line, inside brackets, comment line)
+  comment,    // from '#' to the end of the physical line, without the line end
+  indent,
+  dedent,
+  endmarker,
+};
+
+const char* tok_kind_name(TokKind kind);
+
+struct Token {
+  TokKind kind;
+  char c0 = 0, c1 = 0;      // first two bytes of an op token (fast comparisons); 0 otherwise
+  std::uint32_t begin = 0;  // byte offsets into the source, [begin, end)
+  std::uint32_t end = 0;
+  std::uint32_t line = 0;   // 1-based physical line of `begin`
+};
+
+struct TokenizeError {
+  std::uint32_t line = 0;    // 1-based
+  std::uint32_t col = 0;     // 1-based, in characters
+  std::uint32_t offset = 0;  // byte offset
+  std::string message;
+  bool encoding = false;  // the bytes are not valid in the file's encoding (nothing was tokenized)
+};
+
+struct TokenizedSource {
+  std::string_view source;              // the bytes tokenized (not owned)
+  std::vector<Token> tokens;
+  std::vector<std::uint32_t> line_starts;  // byte offset of each physical line; line_starts[0] == 0
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> fstring_fields;  // expression byte ranges
+  std::optional<TokenizeError> error;
+  bool utf8 = true;  // false when a coding cookie names a single-byte encoding (1 byte == 1 char)
+
+  std::string_view text(const Token& t) const { return source.substr(t.begin, t.end - t.begin); }
+  // 1-based column, in characters (as flake8 and ruff count), of byte `offset` on physical `line`.
+  std::uint32_t column_of(std::uint32_t line, std::uint32_t offset) const;
+  // Line (1-based) that contains byte `offset`.
+  std::uint32_t line_of(std::uint32_t offset) const;
+};
+
+// Tokenizes `source`. Never throws for bad input; see `error`. Sources over 4 GiB are rejected
+// through `error` (offsets are 32-bit to keep tokens at 16 bytes).
+TokenizedSource tokenize(std::string_view source);
+
+// The encoding named by a PEP 263 cookie in the first two lines, lower-cased, or "" if none.
+std::string coding_cookie(std::string_view source);
+
+// Offset of the first byte that is not part of well-formed UTF-8, or npos.
+std::size_t find_invalid_utf8(std::string_view bytes);
+
+bool is_python_keyword(std::string_view word);
+
+}  // namespace lmcore::upgrade

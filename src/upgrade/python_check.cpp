@@ -1,0 +1,987 @@
+// The Python rules of upgrade-check: name resolution over the token stream, then the rename
+// (UPG1xx) and named-tensor (UPG2xx) checks. See include/lmcore/upgrade/python_check.h.
+//
+// Two passes over the significant tokens (comments and NL dropped) of every unit (a file, or each
+// notebook cell, plus each f-string replacement field as its own small unit):
+//   1. bindings: imports, `x = dotted` aliases, top-level defs, tensor-typed names;
+//   2. findings: dotted chains resolved through the bindings, attribute accesses, call arguments.
+#include "lmcore/upgrade/python_check.h"
+
+#include <algorithm>
+#include <array>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+#include "lmcore/upgrade/tokenizer.h"
+
+namespace lmcore::upgrade {
+
+namespace {
+
+// ---- the tables --------------------------------------------------------------------------------
+
+struct Rename {
+  std::string_view qualified;  // canonical qualified name
+  std::string_view old_name;
+  std::string_view new_name;
+  std::string_view code;
+};
+
+constexpr std::array<Rename, 8> kRenames = {{
+    {"torch.distributed.all_gather_into_tensor", "all_gather_into_tensor", "all_gather_single", "UPG101"},
+    {"torch.distributed.reduce_scatter_tensor", "reduce_scatter_tensor", "reduce_scatter_single", "UPG102"},
+    {"torch.distributed._functional_collectives.all_gather_tensor", "all_gather_tensor", "all_gather_single",
+     "UPG103"},
+    {"torch.distributed._functional_collectives.all_gather_tensor_autograd", "all_gather_tensor_autograd",
+     "all_gather_single_autograd", "UPG103"},
+    {"torch.distributed._functional_collectives.reduce_scatter_tensor", "reduce_scatter_tensor",
+     "reduce_scatter_single", "UPG103"},
+    {"torch.distributed._functional_collectives.reduce_scatter_tensor_autograd", "reduce_scatter_tensor_autograd",
+     "reduce_scatter_single_autograd", "UPG103"},
+    {"torch.distributed._functional_collectives.all_gather_into_tensor_coalesced",
+     "all_gather_into_tensor_coalesced", "all_gather_single_coalesced", "UPG104"},
+    {"torch.distributed._functional_collectives.reduce_scatter_tensor_coalesced", "reduce_scatter_tensor_coalesced",
+     "reduce_scatter_single_coalesced", "UPG104"},
+}};
+
+constexpr std::string_view kAlignTensors = "torch.align_tensors";
+
+// Identifiers that can end a chain naming a rename target or torch.align_tensors: a chain without
+// one of these (or a head bound directly to a target) cannot produce a UPG1xx/UPG208 finding.
+bool is_target_leaf(std::string_view w) {
+  switch (w.size()) {
+    case 13: return w == "align_tensors";
+    case 17: return w == "all_gather_tensor";
+    case 21: return w == "reduce_scatter_tensor";
+    case 22: return w == "all_gather_into_tensor";
+    case 26: return w == "all_gather_tensor_autograd";
+    case 30: return w == "reduce_scatter_tensor_autograd";
+    case 31: return w == "reduce_scatter_tensor_coalesced";
+    case 32: return w == "all_gather_into_tensor_coalesced";
+    default: return false;
+  }
+}
+
+// Maps other spellings of the same function to the canonical qualified name.
+std::string canonical(std::string_view q) {
+  constexpr std::string_view c10d = "torch.distributed.distributed_c10d.";
+  if (q.substr(0, c10d.size()) == c10d) return fmt::format("torch.distributed.{}", q.substr(c10d.size()));
+  return std::string(q);
+}
+
+const Rename* find_rename(std::string_view qualified) {
+  const std::string c = canonical(qualified);
+  for (const auto& r : kRenames)
+    if (r.qualified == c) return &r;
+  return nullptr;
+}
+
+bool is_torch_factory(std::string_view f) {
+  static constexpr std::array<std::string_view, 16> names = {
+      "empty", "zeros", "ones", "full", "rand", "randn", "randint", "tensor", "empty_like", "zeros_like",
+      "ones_like", "full_like", "rand_like", "randn_like", "randint_like", "as_tensor"};
+  return std::find(names.begin(), names.end(), f) != names.end();
+}
+
+// Tensor methods whose first positional argument is a dim: a string there is a dimension name.
+// Returns nullopt when `m` is not such a method, else the confidence on an unknown receiver.
+std::optional<Confidence> positional_dim_method(std::string_view m) {
+  static constexpr std::array<std::string_view, 12> tensorish = {
+      "softmax", "log_softmax", "cumsum", "cumprod", "logsumexp", "squeeze", "unsqueeze", "unbind", "transpose",
+      "flatten", "index_select", "narrow"};
+  static constexpr std::array<std::string_view, 13> generic = {"sum", "mean", "max", "min", "std", "var", "prod",
+                                                               "all", "any", "size", "argmax", "argmin", "norm"};
+  if (std::find(tensorish.begin(), tensorish.end(), m) != tensorish.end()) return Confidence::medium;
+  if (std::find(generic.begin(), generic.end(), m) != generic.end()) return Confidence::low;
+  return std::nullopt;
+}
+
+bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+
+// ---- units ---------------------------------------------------------------------------------------
+
+struct Binding {
+  std::string qualified;  // "" never; unresolved relative imports start with '.'
+  bool aliased = false;   // bound by `as` (or `x = ...`): the local name is not the imported name
+  bool from_import = false;
+  int line = 0;
+  bool local_def = false;  // a top-level def/class of this module
+  bool assigned = false;   // bound by `name = dotted`
+};
+
+struct StringHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using BindingMap = std::unordered_map<std::string, Binding, StringHash, std::equal_to<>>;
+using NameSet = std::unordered_set<std::string, StringHash, std::equal_to<>>;
+
+struct Unit {
+  const TokenizedSource* src = nullptr;  // for text and positions (a field unit points at its parent)
+  std::vector<Token> tok;                // significant tokens
+  std::vector<int> match;                // index of the matching bracket, or -1
+  int cell = 0;
+  bool field = false;                    // an f-string replacement field
+};
+
+void index_unit(Unit& u, const std::vector<Token>& all, std::uint32_t shift) {
+  u.tok.reserve(all.size());
+  for (const Token& t : all) {
+    if (t.kind == TokKind::comment || t.kind == TokKind::nl) continue;
+    Token s = t;
+    s.begin += shift;
+    s.end += shift;
+    u.tok.push_back(s);
+  }
+  u.match.assign(u.tok.size(), -1);
+  std::vector<int> stack;
+  for (int i = 0; i < static_cast<int>(u.tok.size()); ++i) {
+    const Token& t = u.tok[i];
+    if (t.kind != TokKind::op || t.end - t.begin != 1) continue;
+    const char c = u.src->source[t.begin];
+    if (c == '(' || c == '[' || c == '{') {
+      stack.push_back(i);
+    } else if ((c == ')' || c == ']' || c == '}') && !stack.empty()) {
+      u.match[i] = stack.back();
+      u.match[stack.back()] = i;
+      stack.pop_back();
+    }
+  }
+}
+
+struct NoqaLine {
+  bool all = false;
+  std::vector<std::string> codes;  // upper-cased, prefixes allowed
+};
+
+// `# noqa` or `# noqa: A1, B2` (flake8 syntax, case-insensitive keyword).
+std::unordered_map<std::uint32_t, NoqaLine> noqa_lines(const TokenizedSource& ts) {
+  std::unordered_map<std::uint32_t, NoqaLine> out;
+  for (const Token& t : ts.tokens) {
+    if (t.kind != TokKind::comment) continue;
+    std::string_view c = ts.text(t);
+    std::size_t k = std::string_view::npos;
+    for (std::size_t i = 0; i + 4 <= c.size(); ++i) {
+      if ((c[i] | 0x20) == 'n' && (c[i + 1] | 0x20) == 'o' && (c[i + 2] | 0x20) == 'q' && (c[i + 3] | 0x20) == 'a') {
+        k = i;
+        break;
+      }
+    }
+    if (k == std::string_view::npos) continue;
+    // Must be `#` then optional spaces then noqa.
+    std::size_t j = 1;
+    while (j < k && (c[j] == ' ' || c[j] == '\t')) ++j;
+    if (j != k) continue;
+    NoqaLine& n = out[t.line];
+    std::size_t p = k + 4;
+    while (p < c.size() && c[p] == ' ') ++p;
+    if (p < c.size() && c[p] == ':') {
+      ++p;
+      std::string code;
+      for (; p <= c.size(); ++p) {
+        const char ch = p < c.size() ? c[p] : ',';
+        if (std::isalnum(static_cast<unsigned char>(ch))) {
+          code += static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+        } else if (ch == ',' || ch == ' ' || ch == '\t') {
+          if (!code.empty()) n.codes.push_back(code), code.clear();
+          if (ch != ',' && ch != ' ' && ch != '\t') break;
+        } else {
+          if (!code.empty()) n.codes.push_back(code);
+          break;
+        }
+      }
+      if (n.codes.empty()) n.all = true;
+    } else {
+      n.all = true;
+    }
+  }
+  return out;
+}
+
+bool noqa_suppresses(const NoqaLine& n, std::string_view code) {
+  if (n.all) return true;
+  for (const auto& c : n.codes)
+    if (starts_with(code, c)) return true;
+  return false;
+}
+
+// ---- the checker ---------------------------------------------------------------------------------
+
+enum class Receiver { unknown, tensor, tensor_class, not_tensor };
+
+struct Arg {
+  int begin = 0, end = 0;  // token range of the whole argument
+  int kw = -1;             // index of the keyword name token, or -1
+  int value = 0;           // first token of the value
+  bool star = false;       // *args or **kwargs
+};
+
+class Checker {
+ public:
+  explicit Checker(const PythonContext& ctx) : ctx_(ctx) {}
+
+  std::vector<Finding> run(const std::vector<std::string_view>& sources, bool notebook) {
+    std::vector<std::unique_ptr<TokenizedSource>> parsed;
+    std::vector<Unit> units;
+    std::vector<std::unordered_map<std::uint32_t, NoqaLine>> noqa;
+    for (std::size_t i = 0; i < sources.size(); ++i) {
+      parsed.push_back(std::make_unique<TokenizedSource>(tokenize(sources[i])));
+      const TokenizedSource& ts = *parsed.back();
+      const int cell = notebook ? static_cast<int>(i) + 1 : 0;
+      noqa.push_back(noqa_lines(ts));
+      if (ts.error) {
+        Finding f;
+        f.cell = cell;
+        f.line = static_cast<int>(ts.error->line);
+        f.col = static_cast<int>(ts.error->col);
+        f.end_line = f.line;
+        f.end_col = f.col + 1;
+        f.code = ts.error->encoding ? "UPG902" : "UPG903";
+        f.message = f.code == "UPG902" ? fmt::format("cannot decode: {}", ts.error->message)
+                                       : fmt::format("syntax error: {}; tokens after it are not checked",
+                                                     ts.error->message);
+        findings_.push_back(std::move(f));
+      }
+      Unit u;
+      u.src = &ts;
+      u.cell = cell;
+      index_unit(u, ts.tokens, 0);
+      units.push_back(std::move(u));
+      for (const auto& [b, e] : ts.fstring_fields) {
+        TokenizedSource sub = tokenize(ts.source.substr(b, e - b));
+        Unit fu;
+        fu.src = &ts;
+        fu.cell = cell;
+        fu.field = true;
+        index_unit(fu, sub.tokens, b);
+        for (Token& t : fu.tok) t.line = ts.line_of(t.begin);
+        units.push_back(std::move(fu));
+      }
+    }
+    for (const Unit& u : units)
+      if (!u.field) collect_bindings(u);
+    for (const Unit& u : units)
+      if (!u.field) collect_tensor_annotations(u);
+    for (const Unit& u : units) check_unit(u);
+
+    // noqa, then order.
+    std::vector<Finding> out;
+    out.reserve(findings_.size());
+    for (Finding& f : findings_) {
+      const auto& nq = noqa[notebook ? static_cast<std::size_t>(f.cell - 1) : 0];
+      auto it = nq.find(static_cast<std::uint32_t>(f.line));
+      if (it != nq.end() && noqa_suppresses(it->second, f.code)) continue;
+      out.push_back(std::move(f));
+    }
+    std::sort(out.begin(), out.end(), finding_less);
+    return out;
+  }
+
+ private:
+  // -- token helpers
+  static std::string_view text(const Unit& u, int i) {
+    const Token& t = u.tok[i];
+    return u.src->source.substr(t.begin, t.end - t.begin);
+  }
+  static bool is_op(const Unit& u, int i, std::string_view op) {
+    if (i < 0 || i >= static_cast<int>(u.tok.size())) return false;
+    const Token& t = u.tok[i];
+    // c0/c1 hold the op's first bytes, so most comparisons touch no source text.
+    if (t.kind != TokKind::op || t.c0 != op[0] || t.end - t.begin != op.size()) return false;
+    return op.size() < 2 || (t.c1 == op[1] && (op.size() < 3 || text(u, i) == op));
+  }
+  static bool is_name(const Unit& u, int i) {
+    return i >= 0 && i < static_cast<int>(u.tok.size()) && u.tok[i].kind == TokKind::name;
+  }
+  static bool is_word(const Unit& u, int i, std::string_view w) { return is_name(u, i) && text(u, i) == w; }
+  static bool statement_start(const Unit& u, int i) {
+    if (i == 0) return true;
+    const TokKind k = u.tok[i - 1].kind;
+    return k == TokKind::newline || k == TokKind::indent || k == TokKind::dedent || is_op(u, i - 1, ";") ||
+           is_op(u, i - 1, ":");
+  }
+  static bool ends_statement(const Unit& u, int i) {
+    return i >= static_cast<int>(u.tok.size()) || u.tok[i].kind == TokKind::newline ||
+           u.tok[i].kind == TokKind::endmarker || is_op(u, i, ";");
+  }
+
+  // Reads `name(.name)*` from i; returns the index after it and fills `parts` with token indices.
+  static int read_dotted(const Unit& u, int i, std::vector<int>& parts) {
+    parts.clear();
+    if (!is_name(u, i)) return i;
+    parts.push_back(i++);
+    while (is_op(u, i, ".") && is_name(u, i + 1)) {
+      parts.push_back(i + 1);
+      i += 2;
+    }
+    return i;
+  }
+  static std::string join(const Unit& u, const std::vector<int>& parts, std::size_t from = 0) {
+    std::string s;
+    for (std::size_t k = from; k < parts.size(); ++k) {
+      if (!s.empty()) s += '.';
+      s += text(u, parts[k]);
+    }
+    return s;
+  }
+
+  static unsigned bloom_slot(std::string_view w) {
+    return (static_cast<unsigned>(w.size()) * 131u + static_cast<unsigned char>(w[0]) * 7u +
+            static_cast<unsigned char>(w.back())) & 255u;
+  }
+  const Binding* lookup(std::string_view name) const {
+    // Most names are not bound; a 256-bit filter skips hashing them.
+    if (name.empty()) return nullptr;
+    const unsigned slot = bloom_slot(name);
+    if (!(bloom_[slot >> 6] >> (slot & 63) & 1u)) return nullptr;
+    auto it = bindings_.find(name);
+    return it == bindings_.end() ? nullptr : &it->second;
+  }
+
+  void bind(std::string_view local, std::string qualified, bool aliased, bool from_import, int line,
+            bool local_def = false, bool assigned = false) {
+    // Flow-insensitive: the first binding into torch wins, so a later unrelated reuse of the name
+    // does not hide it; a torch binding replaces a non-torch one.
+    auto it = bindings_.find(local);
+    const bool is_torch = starts_with(qualified, "torch");
+    if (it != bindings_.end() && (starts_with(it->second.qualified, "torch") || !is_torch)) return;
+    const unsigned slot = bloom_slot(local);
+    bloom_[slot >> 6] |= std::uint64_t{1} << (slot & 63);
+    bindings_.insert_or_assign(std::string(local),
+                               Binding{std::move(qualified), aliased, from_import, line, local_def, assigned});
+  }
+
+  // Resolves a chain of name tokens to a qualified name, or "" when its head is not bound.
+  std::string resolve(const Unit& u, const std::vector<int>& parts) const {
+    if (parts.empty()) return "";
+    const Binding* b = lookup(text(u, parts[0]));
+    if (!b) return "";
+    std::string q = b->qualified;
+    for (std::size_t k = 1; k < parts.size(); ++k) {
+      q += '.';
+      q += text(u, parts[k]);
+    }
+    return q;
+  }
+
+  std::string resolve_relative(int dots, std::string_view rest) const {
+    if (ctx_.module.empty()) return "";
+    std::string pkg = ctx_.module;
+    int up = ctx_.is_package_init ? dots - 1 : dots;
+    for (; up > 0; --up) {
+      const std::size_t k = pkg.rfind('.');
+      if (k == std::string::npos) {
+        if (up == 1) pkg.clear(), up = 0;
+        else return "";
+        break;
+      }
+      pkg.resize(k);
+    }
+    if (pkg.empty()) return std::string(rest);
+    return rest.empty() ? pkg : fmt::format("{}.{}", pkg, rest);
+  }
+
+  // -- findings
+  Finding& add(const Unit& u, int tok_index, std::string_view code, std::string message, Confidence conf) {
+    const Token& t = u.tok[tok_index];
+    Finding f;
+    f.cell = u.cell;
+    f.line = static_cast<int>(t.line);
+    f.col = static_cast<int>(u.src->column_of(t.line, t.begin));
+    const std::uint32_t end_line = t.end > t.begin ? u.src->line_of(t.end - 1) : t.line;
+    f.end_line = static_cast<int>(end_line);
+    f.end_col = static_cast<int>(u.src->column_of(end_line, t.end));
+    f.code = std::string(code);
+    f.message = std::move(message);
+    f.confidence = conf;
+    findings_.push_back(std::move(f));
+    return findings_.back();
+  }
+
+  void add_rename(const Unit& u, int tok_index, const Rename& r, std::string message, bool with_edit) {
+    Finding& f = add(u, tok_index, r.code, std::move(message), Confidence::high);
+    if (with_edit && text(u, tok_index) == r.old_name)
+      f.fix = Edit{u.tok[tok_index].begin, u.tok[tok_index].end, std::string(r.new_name)};
+  }
+
+  static std::string rename_text(const Rename& r) {
+    return fmt::format("{} is renamed {} in PyTorch 2.13", r.qualified, r.new_name);
+  }
+
+  // ---- pass 1: bindings
+  void collect_bindings(const Unit& u) {
+    const int n = static_cast<int>(u.tok.size());
+    int indent = 0, depth = 0;
+    bool stmt_start = true;
+    std::vector<int> parts;
+    for (int i = 0; i < n; ++i) {
+      const Token& t = u.tok[i];
+      if (t.kind == TokKind::newline) { stmt_start = true; depth = 0; continue; }
+      if (t.kind == TokKind::indent) { ++indent; stmt_start = true; continue; }
+      if (t.kind == TokKind::dedent) { --indent; stmt_start = true; continue; }
+      if (t.kind == TokKind::op) {
+        if (t.end - t.begin != 1) continue;
+        const char o = t.c0;
+        if (o == '(' || o == '[' || o == '{') ++depth;
+        else if (o == ')' || o == ']' || o == '}') depth = std::max(0, depth - 1);
+        else if (depth == 0 && (o == ';' || o == ':')) stmt_start = true;
+        continue;
+      }
+      if (!stmt_start) continue;
+      stmt_start = false;
+      if (t.kind != TokKind::name) continue;
+      const std::string_view w = text(u, i);
+      if (w == "import") {
+        i = parse_import(u, i + 1) - 1;
+      } else if (w == "from") {
+        i = parse_from(u, i + 1) - 1;
+      } else if ((w == "def" || w == "class" || (w == "async" && is_word(u, i + 1, "def")))) {
+        const int name_i = w == "async" ? i + 2 : i + 1;
+        if (indent == 0 && !ctx_.module.empty() && is_name(u, name_i))
+          bind(text(u, name_i), fmt::format("{}.{}", ctx_.module, text(u, name_i)), false, false,
+               static_cast<int>(u.tok[name_i].line), true);
+      } else if (is_op(u, i + 1, "=")) {
+        // `name = dotted` (alias) or `name = torch.fn(...)` (a tensor).
+        const int after = read_dotted(u, i + 2, parts);
+        if (parts.empty()) continue;
+        const std::string q = resolve(u, parts);
+        if (q.empty()) continue;
+        if (ends_statement(u, after) && starts_with(q, "torch")) {
+          bind(w, q, true, false, static_cast<int>(t.line), false, true);
+        } else if (is_op(u, after, "(") && returns_tensor(q)) {
+          tensor_names_.insert(std::string(w));
+        }
+      }
+    }
+  }
+
+  static bool is_tensor_class(std::string_view q) {
+    return q == "torch.Tensor" || q == "torch._tensor.Tensor" || q == "torch.nn.Parameter" ||
+           q == "torch.nn.parameter.Parameter";
+  }
+
+  static bool returns_tensor(std::string_view q) {
+    if (!starts_with(q, "torch.")) return false;
+    const std::string_view rest = q.substr(6);
+    if (rest.find('.') == std::string_view::npos) return rest != "device" && rest != "dtype" && rest != "Size" &&
+                                                         rest != "Generator" && rest != "finfo" && rest != "iinfo";
+    return starts_with(rest, "nn.functional.") || starts_with(rest, "linalg.") || starts_with(rest, "fft.") ||
+           starts_with(rest, "special.");
+  }
+
+  int parse_import(const Unit& u, int i) {
+    std::vector<int> parts;
+    while (true) {
+      i = read_dotted(u, i, parts);
+      if (parts.empty()) return i;
+      const std::string dotted = join(u, parts);
+      if (is_word(u, i, "as") && is_name(u, i + 1)) {
+        bind(text(u, i + 1), dotted, true, false, static_cast<int>(u.tok[i].line));
+        i += 2;
+      } else {
+        bind(text(u, parts[0]), std::string(text(u, parts[0])), false, false, static_cast<int>(u.tok[i - 1].line));
+      }
+      if (!is_op(u, i, ",")) return i;
+      ++i;
+    }
+  }
+
+  int parse_from(const Unit& u, int i) {
+    int dots = 0;
+    while (is_op(u, i, ".") || is_op(u, i, "...")) dots += static_cast<int>(text(u, i++).size());
+    std::vector<int> parts;
+    i = read_dotted(u, i, parts);
+    std::string base = join(u, parts);
+    if (dots > 0) {
+      const std::string resolved = resolve_relative(dots, base);
+      base = resolved.empty() ? fmt::format("{}{}", std::string(static_cast<std::size_t>(dots), '.'), base)
+                              : resolved;
+    }
+    if (!is_word(u, i, "import")) return i;
+    ++i;
+    if (is_op(u, i, "*")) {
+      if (!base.empty() && base[0] != '.') star_modules_.push_back(base);
+      return i + 1;
+    }
+    const bool paren = is_op(u, i, "(");
+    if (paren) ++i;
+    while (is_name(u, i)) {
+      const int name_i = i;
+      const std::string q = fmt::format("{}.{}", base, text(u, i));
+      ++i;
+      int local = name_i;
+      if (is_word(u, i, "as") && is_name(u, i + 1)) {
+        local = i + 1;
+        i += 2;
+      }
+      bind(text(u, local), q, local != name_i, true, static_cast<int>(u.tok[name_i].line));
+      if (const Rename* r = find_rename(q)) {
+        import_fixes_.push_back({&u, name_i, r, local != name_i ? std::string(text(u, local)) : std::string()});
+      }
+      if (!is_op(u, i, ",")) break;
+      ++i;
+    }
+    if (paren && is_op(u, i, ")")) ++i;
+    return i;
+  }
+
+  // `name: torch.Tensor` in parameters and annotated assignments.
+  void collect_tensor_annotations(const Unit& u) {
+    const int n = static_cast<int>(u.tok.size());
+    std::vector<int> parts;
+    for (int i = 0; i + 2 < n; ++i) {
+      if (u.tok[i].kind != TokKind::name || !is_op(u, i + 1, ":") || !is_name(u, i + 2)) continue;
+      read_dotted(u, i + 2, parts);
+      const std::string q = resolve(u, parts);
+      if (is_tensor_class(q)) tensor_names_.insert(std::string(text(u, i)));
+    }
+  }
+
+  // ---- pass 2: findings
+  void check_unit(const Unit& u) {
+    if (!u.field) {
+      // Import statements were parsed in pass 1; their findings are reported here in token order.
+      for (const auto& f : import_fixes_) {
+        if (f.unit != &u) continue;
+        std::string msg = rename_text(*f.rename);
+        if (!f.alias.empty()) msg += fmt::format(" (imported as '{}'; --fix renames the import, the alias stays)", f.alias);
+        add_rename(u, f.tok, *f.rename, std::move(msg), true);
+      }
+    }
+    const int n = static_cast<int>(u.tok.size());
+    int import_until = -1;  // tokens of the current import statement are not references
+    for (int i = 0; i < n; ++i) {
+      const Token& t = u.tok[i];
+      if (t.kind == TokKind::name) {
+        const std::string_view w = text(u, i);
+        if (i <= import_until) continue;
+        if ((w == "import" || w == "from") && statement_start(u, i)) {
+          int j = i;
+          while (!ends_statement(u, j)) ++j;
+          import_until = j;
+          continue;
+        }
+        if (i > 0 && is_op(u, i - 1, ".")) {
+          check_attribute(u, i);
+          continue;
+        }
+        if (is_python_keyword(w)) continue;
+        if (i > 0 && (is_word(u, i - 1, "def") || is_word(u, i - 1, "class"))) {
+          check_definition(u, i);
+          continue;
+        }
+        if (is_op(u, i + 1, "=") && (is_op(u, i - 1, "(") || is_op(u, i - 1, ","))) continue;  // keyword arg
+        if (is_op(u, i + 1, "=") && statement_start(u, i)) continue;  // an assignment target, not a use
+        check_chain(u, i);
+      } else if (t.kind == TokKind::op && t.c0 == '(' && t.end - t.begin == 1 && i > 0 &&
+                 i > import_until) {
+        check_call(u, i);
+      }
+    }
+  }
+
+  // A top-level def of a target name in the module that defines it (scanning torch itself).
+  void check_definition(const Unit& u, int i) {
+    const Binding* b = lookup(text(u, i));
+    if (!b || b->from_import || b->aliased) return;
+    if (const Rename* r = find_rename(b->qualified)) {
+      if (b->line != static_cast<int>(u.tok[i].line)) return;  // a nested def of the same name
+      add_rename(u, i, *r, fmt::format("defines {}, renamed {} in PyTorch 2.13", r->qualified, r->new_name), true);
+    }
+  }
+
+  void check_chain(const Unit& u, int i) {
+    const std::string_view head = text(u, i);
+    const Binding* b = lookup(head);
+    if (!b && (star_modules_.empty() || !is_target_leaf(head))) return;
+    if (b && b->local_def && !find_rename(b->qualified)) return;
+    if (b && !starts_with(b->qualified, "torch")) return;
+    std::vector<int> parts;
+    read_dotted(u, i, parts);
+    std::string q;
+    bool head_aliased = false;
+    if (b) {
+      q = b->qualified;
+      head_aliased = b->aliased;
+    } else if (!star_modules_.empty() && is_target_leaf(head)) {
+      for (const auto& s : star_modules_) {
+        const std::string cand = fmt::format("{}.{}", s, head);
+        if (find_rename(cand) || cand == kAlignTensors) q = cand;
+      }
+    }
+    if (q.empty()) return;
+    // Head bound straight to a target.
+    if (const Rename* r = is_target_leaf(q.substr(q.rfind('.') + 1)) ? find_rename(q) : nullptr) {
+      if (head_aliased) {
+        add_rename(u, parts[0], *r,
+                   fmt::format("'{}' is {}, renamed {} in PyTorch 2.13 (--fix renames it where it is {} on line {})",
+                               head, r->qualified, r->new_name, b->assigned ? "assigned" : "imported", b->line),
+                   false);
+      } else {
+        add_rename(u, parts[0], *r, rename_text(*r), true);
+      }
+      return;
+    }
+    if (q == kAlignTensors) {
+      add(u, parts[0], "UPG208", "torch.align_tensors is removed with named tensors in PyTorch 2.13", Confidence::high);
+      return;
+    }
+    if (!starts_with(q, "torch")) return;
+    for (std::size_t k = 1; k < parts.size(); ++k) {
+      const std::string_view leaf = text(u, parts[k]);
+      if (!is_target_leaf(leaf)) continue;
+      std::string qk = q;
+      for (std::size_t m = 1; m <= k; ++m) {
+        qk += '.';
+        qk += text(u, parts[m]);
+      }
+      if (const Rename* r = find_rename(qk)) {
+        add_rename(u, parts[k], *r, rename_text(*r), true);
+        return;
+      }
+      if (qk == kAlignTensors) {
+        add(u, parts[k], "UPG208", "torch.align_tensors is removed with named tensors in PyTorch 2.13",
+            Confidence::high);
+        return;
+      }
+    }
+  }
+
+  // What the expression before the '.' at `dot` is.
+  Receiver classify_receiver(const Unit& u, int dot) const {
+    const int r = dot - 1;
+    if (r < 0) return Receiver::unknown;
+    const Token& t = u.tok[r];
+    if (t.kind == TokKind::string || t.kind == TokKind::number) return Receiver::not_tensor;
+    if (t.kind == TokKind::name) {
+      int h = r;
+      while (h >= 2 && is_op(u, h - 1, ".") && is_name(u, h - 2)) h -= 2;
+      if (h >= 1 && is_op(u, h - 1, ".")) return Receiver::unknown;  // f().a.b
+      std::vector<int> parts;
+      for (int k = h; k <= r; k += 2) parts.push_back(k);
+      const std::string_view head = text(u, h);
+      if (const Binding* b = lookup(head)) {
+        std::string q = b->qualified;
+        for (std::size_t k = 1; k < parts.size(); ++k) q += fmt::format(".{}", text(u, parts[k]));
+        if (is_tensor_class(q)) return Receiver::tensor_class;
+        if (b->local_def) return Receiver::unknown;
+        // A name bound to a module or imported object (or alias of one): not a tensor instance.
+        return Receiver::not_tensor;
+      }
+      if (parts.size() == 1 && tensor_names_.count(head)) return Receiver::tensor;
+      return Receiver::unknown;
+    }
+    if (is_op(u, r, ")")) {
+      const int open = u.match[r];
+      if (open > 0 && is_name(u, open - 1)) {
+        int h = open - 1;
+        while (h >= 2 && is_op(u, h - 1, ".") && is_name(u, h - 2)) h -= 2;
+        if (h >= 1 && is_op(u, h - 1, ".")) return Receiver::unknown;
+        std::vector<int> parts;
+        for (int k = h; k <= open - 1; k += 2) parts.push_back(k);
+        const std::string q = resolve(u, parts);
+        if (returns_tensor(q)) return Receiver::tensor;
+      }
+    }
+    return Receiver::unknown;
+  }
+
+  std::vector<Arg> parse_args(const Unit& u, int open) const {
+    std::vector<Arg> args;
+    const int close = u.match[open];
+    if (close < 0) return args;
+    int i = open + 1;
+    while (i < close) {
+      Arg a;
+      a.begin = i;
+      if (is_op(u, i, "*") || is_op(u, i, "**")) a.star = true;
+      if (is_name(u, i) && is_op(u, i + 1, "=")) {
+        a.kw = i;
+        a.value = i + 2;
+      } else {
+        a.value = i;
+      }
+      while (i < close && !is_op(u, i, ",")) {
+        if (u.match[i] > i) i = u.match[i];
+        ++i;
+      }
+      a.end = i;
+      if (a.end > a.begin) args.push_back(a);
+      ++i;  // the comma
+    }
+    return args;
+  }
+
+  bool all_strings(const Unit& u, int b, int e) const {
+    if (b >= e) return false;
+    for (int k = b; k < e; ++k)
+      if (u.tok[k].kind != TokKind::string) return false;
+    return true;
+  }
+  // "a" | ("a", "b") | ["a", "b"]
+  bool string_or_strings(const Unit& u, int b, int e) const {
+    if (all_strings(u, b, e)) return true;
+    if (e - b >= 3 && (is_op(u, b, "(") || is_op(u, b, "[")) && u.match[b] == e - 1) {
+      bool any = false;
+      for (int k = b + 1; k < e - 1; ++k) {
+        if (is_op(u, k, ",")) continue;
+        if (u.tok[k].kind != TokKind::string) return false;
+        any = true;
+      }
+      return any;
+    }
+    return false;
+  }
+  bool is_none_or_ellipsis(const Unit& u, const Arg& a) const {
+    return a.end - a.value == 1 && (is_word(u, a.value, "None") || is_op(u, a.value, "..."));
+  }
+
+  static std::string confidence_note(Confidence c, Receiver r) {
+    if (r == Receiver::tensor || r == Receiver::tensor_class) return " (confidence: high; the receiver is a tensor)";
+    if (c == Confidence::high) return " (confidence: high)";
+    return fmt::format(" (confidence: {}; the receiver is not known to be a tensor)", confidence_name(c));
+  }
+
+  void check_attribute(const Unit& u, int i) {
+    const std::string_view a = text(u, i);
+    // Cheap first filter (by length) on the handful of attributes the UPG2xx rules look at.
+    switch (a.size()) {
+      case 5: if (a != "names") return; break;
+      case 6: if (a != "rename") return; break;
+      case 7: if (a != "rename_") return; break;
+      case 8: if (a != "align_to" && a != "align_as") return; break;
+      case 9: if (a != "has_names" && a != "unflatten") return; break;
+      case 12: if (a != "refine_names") return; break;
+      default: return;
+    }
+    const Receiver recv = classify_receiver(u, i - 1);
+    if (recv == Receiver::not_tensor) return;
+    const bool known = recv == Receiver::tensor || recv == Receiver::tensor_class;
+    const bool call = is_op(u, i + 1, "(");
+    if (a == "names") {
+      if (call) return;
+      const Confidence c = known ? Confidence::high : Confidence::low;
+      add(u, i, "UPG201", "Tensor.names is removed with named tensors in PyTorch 2.13" + confidence_note(c, recv), c);
+      return;
+    }
+    if (!call && recv != Receiver::tensor_class) return;
+    const std::vector<Arg> args = call ? parse_args(u, i + 1) : std::vector<Arg>{};
+    if (a == "refine_names" || a == "has_names") {
+      add(u, i, a == "refine_names" ? "UPG202" : "UPG206",
+          fmt::format("Tensor.{}() is removed with named tensors in PyTorch 2.13", a) +
+              confidence_note(Confidence::high, recv),
+          Confidence::high);
+    } else if (a == "align_to" || a == "align_as") {
+      const Confidence c = known ? Confidence::high : Confidence::medium;
+      add(u, i, a == "align_to" ? "UPG204" : "UPG205",
+          fmt::format("Tensor.{}() is removed with named tensors in PyTorch 2.13; use permute", a) +
+              confidence_note(c, recv),
+          c);
+    } else if (a == "rename" || a == "rename_") {
+      int positional = 0, strings = 0, kw_strings = 0, kws = 0;
+      bool none = false, other = false;
+      for (const Arg& g : args) {
+        if (g.star) { other = true; continue; }
+        if (g.kw >= 0) {
+          ++kws;
+          if (all_strings(u, g.value, g.end) || is_none_or_ellipsis(u, g)) ++kw_strings;
+          continue;
+        }
+        ++positional;
+        if (is_none_or_ellipsis(u, g)) none = true;
+        else if (all_strings(u, g.value, g.end)) ++strings;
+        else other = true;
+      }
+      const bool names_like = !other && kws == kw_strings && (positional + kws) > 0;
+      std::optional<Confidence> c;
+      if (!call) c = Confidence::high;  // torch.Tensor.rename as a value
+      else if (known) c = Confidence::high;
+      else if (a == "rename_") c = names_like || none ? Confidence::high : Confidence::medium;
+      else if (names_like && none) c = Confidence::high;
+      else if (names_like && (strings >= 2 || (positional == 0 && kws > 0) || none)) c = Confidence::medium;
+      if (!c) return;
+      add(u, i, "UPG203",
+          fmt::format("Tensor.{}() with dimension names is removed with named tensors in PyTorch 2.13", a) +
+              confidence_note(*c, recv),
+          *c);
+    } else if (a == "unflatten") {
+      std::vector<const Arg*> pos;
+      for (const Arg& g : args)
+        if (g.kw < 0 && !g.star) pos.push_back(&g);
+      const Arg* dim = nullptr;
+      const Arg* sizes = nullptr;
+      for (const Arg& g : args) {
+        if (g.kw >= 0 && text(u, g.kw) == "dim") dim = &g;
+        if (g.kw >= 0 && (text(u, g.kw) == "sizes" || text(u, g.kw) == "unflattened_size")) sizes = &g;
+      }
+      if (!dim && !pos.empty()) dim = pos[0];
+      if (!sizes && pos.size() >= 2) sizes = pos[1];
+      bool named = dim && all_strings(u, dim->value, dim->end);
+      if (!named && sizes) named = named_shape(u, sizes->value, sizes->end);
+      if (!named && recv != Receiver::tensor_class) return;
+      add(u, i, "UPG209",
+          "Tensor.unflatten() with named shapes is removed with named tensors in PyTorch 2.13; pass a dim index "
+          "and plain sizes" + confidence_note(Confidence::high, recv),
+          Confidence::high);
+    }
+  }
+
+  // (("C1", 2), ("C2", 4)) or [["C1", 2], ...]
+  bool named_shape(const Unit& u, int b, int e) const {
+    if (e - b < 3 || !(is_op(u, b, "(") || is_op(u, b, "[")) || u.match[b] != e - 1) return false;
+    const int inner = b + 1;
+    return (is_op(u, inner, "(") || is_op(u, inner, "[")) && inner + 1 < e && u.tok[inner + 1].kind == TokKind::string;
+  }
+
+  // Cheap test, with no allocation, of whether any call rule could fire: a names=/dim= keyword, or
+  // a string (or, for nn.Unflatten, a bracket) as the first or second positional argument.
+  bool call_might_match(const Unit& u, int open) const {
+    const int close = u.match[open];
+    if (close < 0) return false;
+    int arg = 0;
+    bool arg_start = true;
+    for (int i = open + 1; i < close; ++i) {
+      const Token& t = u.tok[i];
+      if (arg_start && arg < 2 && (t.kind == TokKind::string || (arg == 1 && t.kind == TokKind::op &&
+                                                                    (t.c0 == '(' || t.c0 == '['))))
+        return true;
+      arg_start = false;
+      if (t.kind == TokKind::name && is_op(u, i + 1, "=")) {
+        const std::string_view w = text(u, i);
+        if (w == "names" || w == "dim" || w == "dim0" || w == "dim1" || w == "dims") return true;
+      }
+      if (t.kind == TokKind::op) {
+        if (u.match[i] > i) {
+          i = u.match[i];
+        } else if (t.c0 == ',' && t.end - t.begin == 1) {
+          ++arg;
+          arg_start = true;
+        }
+      }
+    }
+    return false;
+  }
+
+  void check_call(const Unit& u, int open) {
+    if (!call_might_match(u, open)) return;
+    const int prev = open - 1;
+    std::vector<int> parts;
+    std::string_view method;
+    Receiver recv = Receiver::unknown;
+    std::string q;
+    if (is_name(u, prev)) {
+      const std::string_view pw = text(u, prev);
+      if (is_python_keyword(pw) && pw != "None") return;
+      int h = prev;
+      while (h >= 2 && is_op(u, h - 1, ".") && is_name(u, h - 2)) h -= 2;
+      if (h >= 1 && (is_word(u, h - 1, "def") || is_word(u, h - 1, "class"))) return;
+      for (int k = h; k <= prev; k += 2) parts.push_back(k);
+      const bool chained_after_call = h >= 1 && is_op(u, h - 1, ".");
+      if (!chained_after_call) {
+        const Binding* hb = lookup(text(u, h));
+        if (hb && hb->local_def) q.clear();
+        else q = resolve(u, parts);
+      }
+      if (parts.size() >= 2 || chained_after_call) {
+        method = pw;
+        recv = classify_receiver(u, prev - 1);
+      }
+      if (!q.empty() && !starts_with(q, "torch")) return;  // a call into another imported module
+    } else {
+      return;
+    }
+    if (method == "rename" || method == "rename_" || method == "unflatten" || method == "refine_names" ||
+        method == "align_to")
+      return;  // handled as attributes
+    const bool is_torch = starts_with(q, "torch.");
+    const bool known = recv == Receiver::tensor || is_torch;
+    if (!is_torch && recv == Receiver::not_tensor) return;
+    const std::vector<Arg> args = parse_args(u, open);
+    int positional = 0;
+    for (const Arg& g : args) {
+      if (g.star) continue;
+      if (g.kw < 0) {
+        ++positional;
+        continue;
+      }
+      const std::string_view k = text(u, g.kw);
+      if (k == "names" && is_torch && std::count(q.begin(), q.end(), '.') == 1 && is_torch_factory(q.substr(6))) {
+        add(u, g.kw, "UPG207",
+            fmt::format("{}(names=...) is removed with named tensors in PyTorch 2.13; drop the argument", q) +
+                confidence_note(Confidence::high, Receiver::unknown),
+            Confidence::high);
+      } else if ((k == "dim" || k == "dim0" || k == "dim1" || k == "dims") && string_or_strings(u, g.value, g.end)) {
+        const Confidence c = known ? Confidence::high : Confidence::medium;
+        add(u, g.value, "UPG210",
+            fmt::format("a dimension name passed as {}= is no longer accepted in PyTorch 2.13 (named tensors are "
+                        "removed); pass the dimension's index",
+                        k) +
+                confidence_note(c, recv),
+            c);
+      }
+    }
+    // Positional dimension names.
+    std::vector<const Arg*> pos;
+    for (const Arg& g : args)
+      if (g.kw < 0 && !g.star) pos.push_back(&g);
+    if (!method.empty() && !pos.empty() && all_strings(u, pos[0]->value, pos[0]->end)) {
+      if (auto base = positional_dim_method(method)) {
+        const Confidence c = recv == Receiver::tensor ? Confidence::high : *base;
+        add(u, pos[0]->value, "UPG210",
+            fmt::format("a dimension name passed to {}() is no longer accepted in PyTorch 2.13 (named tensors are "
+                        "removed); pass the dimension's index",
+                        method) +
+                confidence_note(c, recv),
+            c);
+      }
+    } else if (is_torch && std::count(q.begin(), q.end(), '.') == 1 && pos.size() >= 2 &&
+               positional_dim_method(q.substr(6)) && all_strings(u, pos[1]->value, pos[1]->end)) {
+      add(u, pos[1]->value, "UPG210",
+          fmt::format("a dimension name passed to {}() is no longer accepted in PyTorch 2.13 (named tensors are "
+                      "removed); pass the dimension's index",
+                      q) +
+              confidence_note(Confidence::high, Receiver::unknown),
+          Confidence::high);
+    }
+    if ((q == "torch.nn.Unflatten" || q == "torch.nn.modules.flatten.Unflatten") && !pos.empty() &&
+        (all_strings(u, pos[0]->value, pos[0]->end) ||
+         (pos.size() >= 2 && named_shape(u, pos[1]->value, pos[1]->end)))) {
+      add(u, pos[0]->value, "UPG209",
+          "nn.Unflatten with named shapes is removed with named tensors in PyTorch 2.13; pass a dim index and plain "
+          "sizes (confidence: high)",
+          Confidence::high);
+    }
+  }
+
+  struct ImportFix {
+    const Unit* unit;
+    int tok;
+    const Rename* rename;
+    std::string alias;
+  };
+
+  const PythonContext& ctx_;
+  BindingMap bindings_;
+  std::array<std::uint64_t, 4> bloom_{};
+  NameSet tensor_names_;
+  std::vector<std::string> star_modules_;
+  std::vector<ImportFix> import_fixes_;
+  std::vector<Finding> findings_;
+};
+
+}  // namespace
+
+std::vector<Finding> check_python_source(std::string_view source, const PythonContext& ctx) {
+  return Checker(ctx).run({source}, false);
+}
+
+std::vector<Finding> check_python_cells(const std::vector<std::string>& cells, const PythonContext& ctx) {
+  std::vector<std::string_view> views(cells.begin(), cells.end());
+  return Checker(ctx).run(views, true);
+}
+
+}  // namespace lmcore::upgrade

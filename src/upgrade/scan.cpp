@@ -1,0 +1,314 @@
+// The upgrade-check driver: file discovery, parallel per-file checks, filters. See scan.h.
+#include "lmcore/upgrade/scan.h"
+
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "lmcore/core/error.h"
+#include "lmcore/core/parallel.h"
+#include "lmcore/upgrade/cuda_check.h"
+#include "lmcore/upgrade/notebook.h"
+#include "lmcore/upgrade/python_check.h"
+
+namespace lmcore::upgrade {
+
+namespace fs = std::filesystem;
+
+const std::vector<std::string>& default_excluded_dirs() {
+  static const std::vector<std::string> dirs = {
+      ".bzr",         ".direnv",   ".eggs",        ".git",       ".hg",          ".ipynb_checkpoints",
+      ".mypy_cache",  ".nox",      ".pytest_cache", ".pytype",   ".ruff_cache",  ".svn",
+      ".tox",         ".venv",     "venv",          "__pycache__", "__pypackages__", "_build",
+      "build",        "dist",      "buck-out",      "node_modules", "site-packages", ".cache"};
+  return dirs;
+}
+
+bool path_excluded(const std::string& name, const std::string& relative, const std::vector<std::string>& globs) {
+  for (const auto& g : globs) {
+    if (fnmatch(g.c_str(), name.c_str(), 0) == 0) return true;
+    if (!relative.empty() && fnmatch(g.c_str(), relative.c_str(), 0) == 0) return true;
+  }
+  return false;
+}
+
+std::uint64_t content_hash(std::string_view bytes) {
+  // FNV-1a over 8-byte words (then the tail bytes): only has to notice a file changing under us.
+  std::uint64_t h = 1469598103934665603ull;
+  std::size_t i = 0;
+  for (; i + 8 <= bytes.size(); i += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, bytes.data() + i, 8);
+    h = (h ^ w) * 1099511628211ull;
+    h ^= h >> 29;
+  }
+  for (; i < bytes.size(); ++i) h = (h ^ static_cast<unsigned char>(bytes[i])) * 1099511628211ull;
+  return h ^ bytes.size();
+}
+
+namespace {
+
+enum class Kind { python, notebook, pin };
+
+struct Job {
+  fs::path path;
+  std::string display;
+  std::string module;
+  bool package_init = false;
+  Kind kind;
+  std::optional<PinFileKind> pin;
+  std::uintmax_t size = 0;
+};
+
+std::string display_path(const fs::path& p) {
+  std::string s = p.lexically_normal().generic_string();
+  while (s.rfind("./", 0) == 0) s.erase(0, 2);
+  return s.empty() ? "." : s;
+}
+
+std::optional<Kind> kind_of(const fs::path& p, std::optional<PinFileKind>& pin) {
+  const std::string ext = p.extension().string();
+  if (ext == ".py" || ext == ".pyw") return Kind::python;
+  if (ext == ".ipynb") return Kind::notebook;
+  pin = pin_file_kind(p);
+  if (pin) return Kind::pin;
+  return std::nullopt;
+}
+
+// Dotted module name from the chain of parent folders that hold an __init__.py.
+std::string module_name(const fs::path& file, bool& package_init) {
+  std::error_code ec;
+  const fs::path abs = fs::absolute(file, ec);
+  package_init = abs.filename() == "__init__.py";
+  std::vector<std::string> parts;
+  if (!package_init) parts.push_back(abs.stem().string());
+  fs::path dir = abs.parent_path();
+  while (!dir.empty() && fs::exists(dir / "__init__.py", ec)) {
+    parts.push_back(dir.filename().string());
+    if (dir == dir.parent_path()) break;
+    dir = dir.parent_path();
+  }
+  if (package_init && parts.empty()) return "";
+  std::string m;
+  for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
+    if (!m.empty()) m += '.';
+    m += *it;
+  }
+  return m;
+}
+
+bool read_file(const fs::path& p, std::string& out, std::string& error) {
+  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    error = std::strerror(errno);
+    return false;
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    error = std::strerror(errno);
+    ::close(fd);
+    return false;
+  }
+  out.resize(static_cast<std::size_t>(st.st_size));
+  std::size_t got = 0;
+  while (true) {
+    if (got == out.size()) out.resize(out.size() + 65536);  // the file grew, or st_size was 0 (procfs)
+    const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      error = std::strerror(errno);
+      ::close(fd);
+      return false;
+    }
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  out.resize(got);
+  ::close(fd);
+  return true;
+}
+
+Finding file_finding(const std::string& display, const char* code, std::string message) {
+  Finding f;
+  f.path = display;
+  f.line = f.col = f.end_line = 1;
+  f.end_col = 1;
+  f.code = code;
+  f.message = std::move(message);
+  return f;
+}
+
+void check_file(const Job& job, std::vector<Finding>& out, ScannedFile& scanned) {
+  std::string text, error;
+  scanned.display = job.display;
+  scanned.path = job.path;
+  scanned.notebook = job.kind == Kind::notebook;
+  if (!read_file(job.path, text, error)) {
+    out.push_back(file_finding(job.display, "UPG901", fmt::format("cannot read file: {}", error)));
+    return;
+  }
+  scanned.content_hash = content_hash(text);
+  std::vector<Finding> found;
+  if (job.kind == Kind::python) {
+    PythonContext ctx{job.module, job.package_init};
+    found = check_python_source(text, ctx);
+  } else if (job.kind == Kind::notebook) {
+    Notebook nb;
+    try {
+      nb = read_notebook(text);
+    } catch (const Error& e) {
+      out.push_back(file_finding(job.display, "UPG904", fmt::format("not a notebook: {}", e.what())));
+      return;
+    }
+    PythonContext ctx{"", false};
+    found = check_python_cells(nb.code, ctx);
+    for (auto& f : found) {
+      f.cell = nb.cell_number[static_cast<std::size_t>(f.cell - 1)];
+      f.fix.reset();  // notebooks are reported, not rewritten
+    }
+    for (const auto& sl : nb.shell_lines) {
+      auto pins = check_pin_line(sl.text, sl.line, sl.col + 1, PinFileKind::shell);
+      for (auto& f : pins) f.cell = sl.cell;
+      found.insert(found.end(), pins.begin(), pins.end());
+    }
+  } else {
+    found = check_pin_text(text, *job.pin);
+  }
+  for (auto& f : found) f.path = job.display;
+  out.insert(out.end(), std::make_move_iterator(found.begin()), std::make_move_iterator(found.end()));
+}
+
+bool code_selected(const std::string& code, const ScanOptions& o) {
+  auto has_prefix = [&](const std::vector<std::string>& list) {
+    for (const auto& p : list)
+      if (code.rfind(p, 0) == 0) return true;
+    return false;
+  };
+  if (code.rfind("UPG9", 0) == 0) return !has_prefix(o.ignore);  // scan errors are always shown unless ignored
+  if (!o.select.empty() && !has_prefix(o.select)) return false;
+  return !has_prefix(o.ignore);
+}
+
+}  // namespace
+
+ScanResult scan(const ScanOptions& options) {
+  const fs::path base = options.base.empty() ? fs::current_path() : options.base;
+  std::vector<std::string> dir_globs = options.excludes;
+  if (options.default_excludes) dir_globs.insert(dir_globs.end(), default_excluded_dirs().begin(),
+                                                 default_excluded_dirs().end());
+  std::vector<Job> jobs;
+  std::vector<Finding> walk_errors;
+  auto add_job = [&](const fs::path& path, const std::string& display) {
+    std::optional<PinFileKind> pin;
+    const auto kind = kind_of(path, pin);
+    if (!kind) return;
+    Job j;
+    j.path = path;
+    j.display = display;
+    j.kind = *kind;
+    j.pin = pin;
+    std::error_code ec;
+    j.size = fs::file_size(path, ec);
+    if (j.kind == Kind::python) j.module = module_name(path, j.package_init);
+    jobs.push_back(std::move(j));
+  };
+  for (const auto& given : options.paths) {
+    const fs::path p = fs::path(given).is_absolute() ? fs::path(given) : base / given;
+    std::error_code ec;
+    const auto st = fs::status(p, ec);
+    if (ec || !fs::exists(st)) fail("upgrade-check: path '{}' does not exist", given);
+    if (!fs::is_directory(st)) {
+      add_job(p, display_path(given));  // a file named on the command line is checked even if excluded
+      continue;
+    }
+    fs::recursive_directory_iterator it(p, fs::directory_options::skip_permission_denied, ec), end;
+    if (ec) {
+      walk_errors.push_back(file_finding(display_path(given), "UPG901", fmt::format("cannot list folder: {}", ec.message())));
+      continue;
+    }
+    for (; it != end; it.increment(ec)) {
+      if (ec) {
+        walk_errors.push_back(file_finding(display_path(given), "UPG901", fmt::format("cannot list folder: {}", ec.message())));
+        ec.clear();
+        break;
+      }
+      const fs::path& e = it->path();
+      const std::string name = e.filename().string();
+      const std::string rel = e.lexically_relative(p).generic_string();
+      std::error_code sec;
+      const bool is_dir = it->is_directory(sec);
+      if (is_dir) {
+        if (it->is_symlink(sec) || path_excluded(name, rel, dir_globs) ||
+            (options.default_excludes && (fs::exists(e / "pyvenv.cfg", sec) ||
+                                          (name.size() > 9 && name.substr(name.size() - 9) == ".egg-info"))))
+          it.disable_recursion_pending();
+        continue;
+      }
+      if (path_excluded(name, rel, options.excludes)) continue;
+      if (!it->is_regular_file(sec)) continue;
+      add_job(e, display_path(fs::path(given) / rel));
+    }
+  }
+
+  // Largest files first, handed out one at a time: the per-file cost varies 1000x across a tree.
+  std::vector<std::size_t> order(jobs.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return jobs[a].size > jobs[b].size; });
+  std::vector<std::vector<Finding>> per_file(jobs.size());
+  std::vector<ScannedFile> scanned(jobs.size());
+  const int threads = std::max(1, std::min<int>(options.threads > 0 ? options.threads : num_threads(),
+                                                static_cast<int>(std::max<std::size_t>(1, jobs.size()))));
+  std::atomic<std::size_t> next{0};
+  std::mutex error_mutex;
+  std::string first_error;
+  auto worker = [&] {
+    while (true) {
+      const std::size_t k = next.fetch_add(1);
+      if (k >= order.size()) return;
+      const std::size_t j = order[k];
+      try {
+        check_file(jobs[j], per_file[j], scanned[j]);
+      } catch (const std::exception& e) {
+        // A bug or resource failure on one file: report it on that file and keep going.
+        per_file[j].push_back(file_finding(jobs[j].display, "UPG901", fmt::format("internal error: {}", e.what())));
+      }
+    }
+  };
+  if (threads == 1) {
+    worker();
+  } else {
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) pool.emplace_back(worker);
+    for (auto& t : pool) t.join();
+  }
+
+  ScanResult r;
+  for (std::size_t j = 0; j < jobs.size(); ++j) {
+    switch (jobs[j].kind) {
+      case Kind::python: ++r.python_files; break;
+      case Kind::notebook: ++r.notebooks; break;
+      case Kind::pin: ++r.pin_files; break;
+    }
+    for (auto& f : per_file[j]) {
+      if (f.confidence < options.min_confidence || !code_selected(f.code, options)) continue;
+      r.findings.push_back(std::move(f));
+    }
+  }
+  for (auto& f : walk_errors) r.findings.push_back(std::move(f));
+  std::sort(r.findings.begin(), r.findings.end(), finding_less);
+  r.files = std::move(scanned);
+  std::sort(r.files.begin(), r.files.end(), [](const ScannedFile& a, const ScannedFile& b) { return a.display < b.display; });
+  return r;
+}
+
+}  // namespace lmcore::upgrade

@@ -1,0 +1,151 @@
+// Tokenizer tests: token kinds and positions on the constructs that decide what is code.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "lmcore/upgrade/tokenizer.h"
+
+namespace lmcore::upgrade {
+namespace {
+
+// "KIND:text" for every token except NL/NEWLINE/INDENT/DEDENT/ENDMARKER, joined by '|'.
+std::string kinds(const TokenizedSource& ts) {
+  std::string out;
+  for (const auto& t : ts.tokens) {
+    if (t.kind == TokKind::nl || t.kind == TokKind::newline || t.kind == TokKind::indent ||
+        t.kind == TokKind::dedent || t.kind == TokKind::endmarker)
+      continue;
+    if (!out.empty()) out += '|';
+    out += tok_kind_name(t.kind);
+    out += ':';
+    out += std::string(ts.text(t));
+  }
+  return out;
+}
+
+TEST(UpgradeTokenizer, NamesOpsNumbersComments) {
+  auto ts = tokenize("x = dist.all_gather_into_tensor(a, 1.5e-3)  # all_gather_into_tensor\n");
+  ASSERT_FALSE(ts.error) << ts.error->message;
+  EXPECT_EQ(kinds(ts),
+            "NAME:x|OP:=|NAME:dist|OP:.|NAME:all_gather_into_tensor|OP:(|NAME:a|OP:,|NUMBER:1.5e-3|OP:)|"
+            "COMMENT:# all_gather_into_tensor");
+}
+
+TEST(UpgradeTokenizer, StringPrefixesAndTripleQuotes) {
+  auto ts = tokenize("a = rb'x\\'y' + B\"z\" + u'w' + Rf'{q}' + '''t\n'''\nb = \"\"\"doc \"quoted\" \"\"\"\n");
+  ASSERT_FALSE(ts.error) << ts.error->message;
+  EXPECT_EQ(kinds(ts),
+            "NAME:a|OP:=|STRING:rb'x\\'y'|OP:+|STRING:B\"z\"|OP:+|STRING:u'w'|OP:+|STRING:Rf'{q}'|OP:+|"
+            "STRING:'''t\n'''|NAME:b|OP:=|STRING:\"\"\"doc \"quoted\" \"\"\"");
+  // A name that is not a prefix stays a name.
+  auto ts2 = tokenize("ur'x'\n");
+  EXPECT_EQ(kinds(ts2), "NAME:ur|STRING:'x'");
+}
+
+TEST(UpgradeTokenizer, FStringFieldsAreRecorded) {
+  auto ts = tokenize("s = f\"{x.names!r:>{w}} {{lit}} {d['k']}\"\n");
+  ASSERT_FALSE(ts.error) << ts.error->message;
+  ASSERT_EQ(ts.tokens[2].kind, TokKind::string);
+  std::vector<std::string> fields;
+  for (auto [b, e] : ts.fstring_fields) fields.emplace_back(ts.source.substr(b, e - b));
+  std::sort(fields.begin(), fields.end());
+  EXPECT_EQ(fields, (std::vector<std::string>{"d['k']", "w", "x.names"}));
+  // PEP 701: the same quote nested inside a field.
+  auto ts2 = tokenize("s = f\"{d[\"k\"]}\" + 'x'\n");
+  ASSERT_FALSE(ts2.error) << ts2.error->message;
+  EXPECT_EQ(kinds(ts2), "NAME:s|OP:=|STRING:f\"{d[\"k\"]}\"|OP:+|STRING:'x'");
+}
+
+TEST(UpgradeTokenizer, ContinuationsCrlfAndLines) {
+  auto ts = tokenize("x = 1 + \\\r\n    2\r\ny = (3,\r\n 4)\r\n");
+  ASSERT_FALSE(ts.error) << ts.error->message;
+  EXPECT_EQ(kinds(ts), "NAME:x|OP:=|NUMBER:1|OP:+|NUMBER:2|NAME:y|OP:=|OP:(|NUMBER:3|OP:,|NUMBER:4|OP:)");
+  int newlines = 0;
+  for (const auto& t : ts.tokens) newlines += t.kind == TokKind::newline;
+  EXPECT_EQ(newlines, 2);  // two logical lines over four physical ones
+  EXPECT_EQ(ts.tokens.back().kind, TokKind::endmarker);
+  // y is on physical line 3; 4 on line 4, column 2.
+  for (const auto& t : ts.tokens) {
+    if (ts.text(t) == "y") { EXPECT_EQ(t.line, 3u); }
+    if (ts.text(t) == "4") {
+      EXPECT_EQ(t.line, 4u);
+      EXPECT_EQ(ts.column_of(t.line, t.begin), 2u);
+    }
+  }
+}
+
+TEST(UpgradeTokenizer, IndentDedentWithTabs) {
+  auto ts = tokenize("if a:\n\tif b:\n\t\tx\n\ty\nz\n");
+  ASSERT_FALSE(ts.error) << ts.error->message;
+  int indents = 0, dedents = 0;
+  for (const auto& t : ts.tokens) indents += t.kind == TokKind::indent, dedents += t.kind == TokKind::dedent;
+  EXPECT_EQ(indents, 2);
+  EXPECT_EQ(dedents, 2);
+  // 8 spaces vs one tab are the same column but inconsistent: CPython's TabError.
+  auto bad = tokenize("if a:\n\tx\n        y\n");
+  ASSERT_TRUE(bad.error);
+  EXPECT_NE(bad.error->message.find("inconsistent use of tabs"), std::string::npos);
+  EXPECT_EQ(bad.error->line, 3u);
+}
+
+TEST(UpgradeTokenizer, ColumnsCountCharactersNotBytes) {
+  auto ts = tokenize("s = 'é€'; x.names\n");
+  ASSERT_FALSE(ts.error) << ts.error->message;
+  for (const auto& t : ts.tokens) {
+    if (ts.text(t) == "names") { EXPECT_EQ(ts.column_of(t.line, t.begin), 13u); }
+  }
+}
+
+TEST(UpgradeTokenizer, Errors) {
+  struct Case {
+    const char* src;
+    const char* message;
+    unsigned line, col;
+  };
+  const Case cases[] = {
+      {"x = 'abc\n", "unterminated string literal", 1, 5},
+      {"x = 1\ny = \"\"\"abc\n\n", "unterminated triple-quoted string literal", 2, 5},
+      {"f(a, [b)\n", "does not match opening parenthesis '['", 1, 8},
+      {"x = (1,\n2\n", "'(' was never closed", 1, 5},
+      {"x = 1)\n", "unmatched ')'", 1, 6},
+      {"if a:\n    x\n  y\n", "unindent does not match", 3, 3},
+      {"x = $y\n", "invalid character '$'", 1, 5},
+      {"x = 1 \\ y\n", "after line continuation", 1, 7},
+      {"ok = 1\nbad = b'\xff' \xff\n", "byte 0xFF is not valid UTF-8", 2, 9},
+  };
+  for (const auto& c : cases) {
+    auto ts = tokenize(c.src);
+    ASSERT_TRUE(ts.error) << c.src;
+    EXPECT_NE(ts.error->message.find(c.message), std::string::npos) << c.src << " -> " << ts.error->message;
+    EXPECT_EQ(ts.error->line, c.line) << c.src;
+    EXPECT_EQ(ts.error->col, c.col) << c.src;
+  }
+}
+
+TEST(UpgradeTokenizer, CodingCookies) {
+  EXPECT_EQ(coding_cookie("# -*- coding: latin-1 -*-\nx = 1\n"), "latin-1");
+  EXPECT_EQ(coding_cookie("#!/usr/bin/env python\n# vim: set fileencoding=utf-8 :\n"), "utf-8");
+  EXPECT_EQ(coding_cookie("x = 1\n# coding: latin-1\n"), "");
+  // latin-1 bytes are accepted with the cookie; columns count bytes.
+  auto ts = tokenize("# coding: latin-1\ns = '\xe9'; x.names\n");
+  ASSERT_FALSE(ts.error) << ts.error->message;
+  EXPECT_FALSE(ts.utf8);
+  for (const auto& t : ts.tokens) {
+    if (ts.text(t) == "names") { EXPECT_EQ(ts.column_of(t.line, t.begin), 12u); }
+  }
+  auto bad = tokenize("# coding: shift_jis\nx = 1\n");
+  ASSERT_TRUE(bad.error);
+  EXPECT_TRUE(bad.error->encoding);
+}
+
+TEST(UpgradeTokenizer, Utf8Validation) {
+  EXPECT_EQ(find_invalid_utf8("plain ascii"), std::string_view::npos);
+  EXPECT_EQ(find_invalid_utf8("caf\xc3\xa9"), std::string_view::npos);
+  EXPECT_EQ(find_invalid_utf8("ab\xc0\x80"), 2u);          // overlong
+  EXPECT_EQ(find_invalid_utf8("abcdefghij\xed\xa0\x80"), 10u);  // surrogate
+  EXPECT_EQ(find_invalid_utf8("x\xe2\x82"), 1u);           // truncated
+}
+
+}  // namespace
+}  // namespace lmcore::upgrade
