@@ -1,0 +1,227 @@
+// Python bindings of flex attention: MaskMod, ScoreMod, BlockMask, create_block_mask, flex_attention
+// (+ backward), sdpa (+ backward). Python callables work as masks and score modifiers (slowly: the GIL
+// is taken per element); the kernels run with the GIL released.
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+
+#include "lmcore/attention/flex_attention.h"
+#include "lmcore/attention/sdpa.h"
+#include "python/tensor_convert.h"
+
+namespace lmcore::python {
+
+namespace {
+
+using namespace lmcore::attention;
+
+// A Python callable kept alive by the C++ closure; released with the GIL held.
+std::shared_ptr<py::function> hold(py::function fn) {
+  return std::shared_ptr<py::function>(new py::function(std::move(fn)), [](py::function* f) {
+    py::gil_scoped_acquire gil;
+    delete f;
+  });
+}
+
+MaskMod mask_from_callable(py::function fn) {
+  auto f = hold(std::move(fn));
+  return MaskMod::from_function(
+      [f](std::int64_t b, std::int64_t h, std::int64_t q, std::int64_t kv) {
+        py::gil_scoped_acquire gil;
+        return py::bool_((*f)(b, h, q, kv)).cast<bool>();
+      },
+      "python");
+}
+
+ScoreFunction score_from_callable(py::function fn) {
+  auto f = hold(std::move(fn));
+  return [f](float s, std::int64_t b, std::int64_t h, std::int64_t q, std::int64_t kv) {
+    py::gil_scoped_acquire gil;
+    return py::float_((*f)(s, b, h, q, kv)).cast<float>();
+  };
+}
+
+MaskMod to_mask(const py::object& o) {
+  if (py::isinstance<MaskMod>(o)) return o.cast<MaskMod>();
+  if (PyCallable_Check(o.ptr())) return mask_from_callable(o.cast<py::function>());
+  throw Error(fmt::format("expected a lmcore.MaskMod or a callable mask_mod(b, h, q_idx, kv_idx) -> bool, found {}",
+                          std::string(py::str(o.get_type()))));
+}
+
+ScoreMod to_score_mod(const py::object& o) {
+  if (o.is_none()) return ScoreMod();
+  if (py::isinstance<ScoreMod>(o)) return o.cast<ScoreMod>();
+  if (PyCallable_Check(o.ptr())) return ScoreMod::from_function(score_from_callable(o.cast<py::function>()), {}, "python");
+  throw Error(fmt::format("expected a lmcore.ScoreMod or a callable score_mod(score, b, h, q_idx, kv_idx) -> float, "
+                          "found {}",
+                          std::string(py::str(o.get_type()))));
+}
+
+std::vector<std::int64_t> to_ids(const py::object& o) {
+  if (py::isinstance<py::list>(o) || py::isinstance<py::tuple>(o)) return o.cast<std::vector<std::int64_t>>();
+  return to_tensor(o, "doc_ids").to_vector<std::int64_t>();
+}
+
+std::vector<float> to_floats(const py::object& o, const char* name) {
+  if (py::isinstance<py::list>(o) || py::isinstance<py::tuple>(o)) return o.cast<std::vector<float>>();
+  return to_tensor(o, name).to_vector<float>();
+}
+
+}  // namespace
+
+void bind_attention(py::module_& m) {
+  py::class_<MaskMod>(m, "MaskMod",
+                      "Which (q, kv) pairs attend; built-ins classify blocks in closed form. Compose with &, |, ~.")
+      .def(py::init<>())
+      .def_static("all", &MaskMod::all)
+      .def_static("causal", &MaskMod::causal)
+      .def_static("sliding_window", &MaskMod::sliding_window, py::arg("window"), "causal and q - kv <= window")
+      .def_static("prefix_lm", &MaskMod::prefix_lm, py::arg("prefix_length"))
+      .def_static("document", [](const py::object& ids) { return MaskMod::document(to_ids(ids)); }, py::arg("doc_ids"))
+      .def_static("chunked", &MaskMod::chunked, py::arg("chunk_size"))
+      .def_static("from_function", [](py::function fn) { return mask_from_callable(std::move(fn)); }, py::arg("fn"))
+      .def("__and__", [](const MaskMod& a, const py::object& b) { return a & to_mask(b); })
+      .def("__or__", [](const MaskMod& a, const py::object& b) { return a | to_mask(b); })
+      .def("__invert__", [](const MaskMod& a) { return !a; })
+      .def("allowed", &MaskMod::allowed, py::arg("b"), py::arg("h"), py::arg("q_idx"), py::arg("kv_idx"))
+      .def("__repr__", [](const MaskMod& a) { return "MaskMod(" + a.describe() + ")"; });
+
+  py::class_<ScoreMod>(m, "ScoreMod", "A function of each attention score (after scaling), chained with then().")
+      .def(py::init<>())
+      .def_static("relative_position_bias",
+                  [](const py::object& bias, std::int64_t r) { return ScoreMod::relative_position_bias(to_floats(bias, "bias"), r); },
+                  py::arg("bias"), py::arg("max_distance"),
+                  "score + bias[h][clamp(q - kv, -R, R) + R], bias flattened from [heads or 1, 2R + 1]")
+      .def_static("alibi", [](const py::object& slopes) { return ScoreMod::alibi(to_floats(slopes, "slopes")); },
+                  py::arg("slopes"), "score + slopes[h] * (kv - q)")
+      .def_static("alibi_slopes", &ScoreMod::alibi_slopes, py::arg("heads"))
+      .def_static("softcap", &ScoreMod::softcap, py::arg("cap"), "cap * tanh(score / cap)")
+      .def_static("from_function",
+                  [](py::function fn, const py::object& derivative) {
+                    ScoreFunction d;
+                    if (!derivative.is_none()) d = score_from_callable(derivative.cast<py::function>());
+                    return ScoreMod::from_function(score_from_callable(std::move(fn)), d, "python");
+                  },
+                  py::arg("fn"), py::arg("derivative") = py::none())
+      .def("then", &ScoreMod::then, py::arg("next"))
+      .def("__repr__", [](const ScoreMod& s) { return "ScoreMod(" + s.describe() + ")"; });
+
+  py::class_<BlockMask>(m, "BlockMask", "Per (batch, head, query block): partial and full key blocks.")
+      .def_readonly("batch", &BlockMask::batch)
+      .def_readonly("heads", &BlockMask::heads)
+      .def_readonly("q_len", &BlockMask::q_len)
+      .def_readonly("kv_len", &BlockMask::kv_len)
+      .def_readonly("q_block", &BlockMask::q_block)
+      .def_readonly("kv_block", &BlockMask::kv_block)
+      .def_readonly("num_q_blocks", &BlockMask::num_q_blocks)
+      .def_readonly("num_kv_blocks", &BlockMask::num_kv_blocks)
+      .def("nonempty_blocks", &BlockMask::nonempty_blocks)
+      .def("partial_blocks", [](const BlockMask& b) { return b.partial.total_blocks(); })
+      .def("full_blocks", [](const BlockMask& b) { return b.full.total_blocks(); })
+      .def("block_density", &BlockMask::block_density)
+      .def("element_density", &BlockMask::element_density, py::call_guard<py::gil_scoped_release>())
+      .def("nbytes", &BlockMask::bytes)
+      .def("__repr__", &BlockMask::describe);
+
+  m.def(
+      "create_block_mask",
+      [](const py::object& mask_mod, std::int64_t B, std::int64_t H, std::int64_t L, std::int64_t S,
+         std::int64_t q_block, std::int64_t kv_block) {
+        const MaskMod mm = to_mask(mask_mod);
+        py::gil_scoped_release release;
+        return create_block_mask(mm, B, H, L, S, q_block, kv_block);
+      },
+      py::arg("mask_mod"), py::arg("B"), py::arg("H"), py::arg("Q_LEN"), py::arg("KV_LEN"), py::arg("q_block") = 128,
+      py::arg("kv_block") = 128,
+      "Block mask of a MaskMod or callable mask_mod(b, h, q_idx, kv_idx); B or H of 1 broadcast.");
+
+  m.def(
+      "flex_attention",
+      [](const py::object& q, const py::object& k, const py::object& v, const BlockMask* block_mask,
+         const py::object& score_mod, double scale, bool return_lse) -> py::object {
+        FlexOptions o;
+        o.block_mask = block_mask;
+        o.score_mod = to_score_mod(score_mod);
+        o.scale = scale;
+        o.return_lse = return_lse;
+        const Tensor tq = to_tensor(q, "q"), tk = to_tensor(k, "k"), tv = to_tensor(v, "v");
+        FlexResult r;
+        {
+          py::gil_scoped_release release;
+          r = flex_attention(tq, tk, tv, o);
+        }
+        if (return_lse) return py::make_tuple(r.out, r.lse);
+        return py::cast(r.out);
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("block_mask") = nullptr, py::arg("score_mod") = py::none(),
+      py::arg("scale") = 0.0, py::arg("return_lse") = false,
+      "q [B, Hq, L, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv] -> out [B, Hq, L, Dv] (and lse [B, Hq, L] f32).");
+
+  m.def(
+      "flex_attention_backward",
+      [](const py::object& q, const py::object& k, const py::object& v, const py::object& out, const py::object& lse,
+         const py::object& d_out, const BlockMask* block_mask, const py::object& score_mod, double scale) {
+        FlexOptions o;
+        o.block_mask = block_mask;
+        o.score_mod = to_score_mod(score_mod);
+        o.scale = scale;
+        const Tensor tq = to_tensor(q, "q"), tk = to_tensor(k, "k"), tv = to_tensor(v, "v");
+        const Tensor to = to_tensor(out, "out"), tl = to_tensor(lse, "lse"), tg = to_tensor(d_out, "d_out");
+        FlexGrads g;
+        {
+          py::gil_scoped_release release;
+          g = flex_attention_backward(tq, tk, tv, to, tl, tg, o);
+        }
+        return py::make_tuple(g.dq, g.dk, g.dv);
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("d_out"),
+      py::arg("block_mask") = nullptr, py::arg("score_mod") = py::none(), py::arg("scale") = 0.0,
+      "Gradients (dq, dk, dv) of flex_attention, deterministic at a fixed thread count.");
+
+  auto sdpa_options = [](const py::object& attn_mask, bool causal, double scale) {
+    SdpaOptions o;
+    if (!attn_mask.is_none()) {
+      // torch 1.13 cannot export bool tensors through DLPack: take those through NumPy (zero-copy).
+      py::object m = attn_mask;
+      if (py::hasattr(m, "dtype") && std::string(py::str(m.attr("dtype"))) == "torch.bool") m = m.attr("numpy")();
+      o.attn_mask = to_tensor(m, "attn_mask");
+      if (o.attn_mask.dtype() == DType::u8) o.attn_mask = o.attn_mask.view_as_dtype(DType::boolean);
+    }
+    o.causal = causal;
+    o.scale = scale;
+    return o;
+  };
+  m.def(
+      "sdpa",
+      [sdpa_options](const py::object& q, const py::object& k, const py::object& v, const py::object& attn_mask,
+                     bool causal, double scale) {
+        const SdpaOptions o = sdpa_options(attn_mask, causal, scale);
+        const Tensor tq = to_tensor(q, "q"), tk = to_tensor(k, "k"), tv = to_tensor(v, "v");
+        SdpaResult r;
+        {
+          py::gil_scoped_release release;
+          r = sdpa(tq, tk, tv, o);
+        }
+        return py::make_tuple(r.out, r.lse);
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("attn_mask") = py::none(), py::arg("causal") = false,
+      py::arg("scale") = 0.0, "Dense flash-style attention -> (out, lse). attn_mask: bool, true = attend.");
+  m.def(
+      "sdpa_backward",
+      [sdpa_options](const py::object& q, const py::object& k, const py::object& v, const py::object& out,
+                     const py::object& lse, const py::object& d_out, const py::object& attn_mask, bool causal,
+                     double scale) {
+        const SdpaOptions o = sdpa_options(attn_mask, causal, scale);
+        const Tensor tq = to_tensor(q, "q"), tk = to_tensor(k, "k"), tv = to_tensor(v, "v");
+        const Tensor to = to_tensor(out, "out"), tl = to_tensor(lse, "lse"), tg = to_tensor(d_out, "d_out");
+        FlexGrads g;
+        {
+          py::gil_scoped_release release;
+          g = sdpa_backward(tq, tk, tv, to, tl, tg, o);
+        }
+        return py::make_tuple(g.dq, g.dk, g.dv);
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("d_out"),
+      py::arg("attn_mask") = py::none(), py::arg("causal") = false, py::arg("scale") = 0.0);
+}
+
+}  // namespace lmcore::python

@@ -1,0 +1,178 @@
+"""flex attention, its backward and sdpa through the Python module, against masked softmax attention
+written out in torch 1.13 (float64, autograd for the gradients)."""
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.utils.dlpack
+
+import lmcore
+
+
+def to_torch(t):
+    return torch.utils.dlpack.from_dlpack(t)
+
+
+def torch_attention(q, k, v, mask, score_fn=None, scale=None):
+    """q [B, Hq, L, D], k/v [B, Hkv, S, *] (float64, requires_grad); mask bool broadcastable to [B, Hq, L, S]."""
+    B, Hq, L, D = q.shape
+    S = k.shape[2]
+    group = Hq // k.shape[1]
+    kk = k.repeat_interleave(group, dim=1)
+    vv = v.repeat_interleave(group, dim=1)
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    s = (q @ kk.transpose(-1, -2)) * scale
+    if score_fn is not None:
+        b = torch.arange(B).view(B, 1, 1, 1)
+        h = torch.arange(Hq).view(1, Hq, 1, 1)
+        qi = torch.arange(L).view(1, 1, L, 1)
+        ki = torch.arange(S).view(1, 1, 1, S)
+        s = score_fn(s, b, h, qi, ki)
+    mask = mask.expand(B, Hq, L, S)
+    has = mask.any(-1, keepdim=True)
+    s = s.masked_fill(~mask, float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    # Rows with nothing allowed: zero output (softmax of a zero row, multiplied away) and no NaN.
+    p = torch.softmax(torch.where(has, s, torch.zeros_like(s)), -1) * has
+    return p @ vv, lse
+
+
+def grid(L, S):
+    return torch.arange(L).view(L, 1), torch.arange(S).view(1, S)
+
+
+def docs(n, length):
+    return [i // length for i in range(n)]
+
+
+MASKS = {
+    "causal": (lambda: lmcore.MaskMod.causal(), lambda q, kv: kv <= q),
+    "sliding_window": (lambda: lmcore.MaskMod.sliding_window(13), lambda q, kv: (kv <= q) & (q - kv <= 13)),
+    "prefix_lm": (lambda: lmcore.MaskMod.prefix_lm(9), lambda q, kv: (kv < 9) | (kv <= q)),
+    "document": (lambda: lmcore.MaskMod.document(docs(64, 11)),
+                 lambda q, kv: torch.tensor(docs(64, 11))[q] == torch.tensor(docs(64, 11))[kv]),
+    "chunked": (lambda: lmcore.MaskMod.chunked(16), lambda q, kv: q // 16 == kv // 16),
+    "causal&document": (lambda: lmcore.MaskMod.causal() & lmcore.MaskMod.document(docs(64, 20)),
+                        lambda q, kv: (kv <= q) & (torch.tensor(docs(64, 20))[q] == torch.tensor(docs(64, 20))[kv])),
+    "~causal|window": (lambda: ~lmcore.MaskMod.causal() | lmcore.MaskMod.sliding_window(2),
+                       lambda q, kv: (kv > q) | ((kv <= q) & (q - kv <= 2))),
+    "python callable": (lambda: (lambda b, h, q, kv: (q + kv) % 3 != 0 and kv <= q + 5),
+                        lambda q, kv: ((q + kv) % 3 != 0) & (kv <= q + 5)),
+}
+
+
+def random_inputs(B, Hq, Hkv, L, S, D, Dv, seed, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, Hq, L, D, generator=g).to(dtype)
+    k = torch.randn(B, Hkv, S, D, generator=g).to(dtype)
+    v = torch.randn(B, Hkv, S, Dv, generator=g).to(dtype)
+    d_out = torch.randn(B, Hq, L, Dv, generator=g).to(dtype)
+    return q, k, v, d_out
+
+
+def run_and_compare(q, k, v, d_out, mask_mod, torch_mask, score_mod=None, torch_score=None, block=16, atol=1e-4,
+                    backward=True, scale=None):
+    B, Hq, L, _ = q.shape
+    S = k.shape[2]
+    bm = lmcore.create_block_mask(mask_mod, 1, 1, L, S, block, block)
+    out, lse = lmcore.flex_attention(q, k, v, block_mask=bm, score_mod=score_mod, return_lse=True,
+                                     scale=scale or 0.0)
+    out, lse = to_torch(out), to_torch(lse)
+    assert out.dtype == q.dtype and lse.dtype == torch.float32
+    qi, ki = grid(L, S)
+    tq, tk, tv = (x.detach().double().requires_grad_() for x in (q, k, v))
+    ref_out, ref_lse = torch_attention(tq, tk, tv, torch_mask(qi, ki), torch_score, scale)
+    assert not torch.isnan(out.float()).any()
+    torch.testing.assert_close(out.double(), ref_out.detach(), atol=atol, rtol=atol)
+    torch.testing.assert_close(lse.double(), ref_lse.detach().float().double(), atol=atol, rtol=atol)
+    if not backward:
+        return
+    ref_out.backward(d_out.double())
+    dq, dk, dv = (to_torch(x) for x in lmcore.flex_attention_backward(
+        q, k, v, to_torch(lmcore.as_tensor(out)), lse, d_out, block_mask=bm, score_mod=score_mod, scale=scale or 0.0))
+    for name, got, want in (("dq", dq, tq.grad), ("dk", dk, tk.grad), ("dv", dv, tv.grad)):
+        assert got.dtype == q.dtype, name
+        assert not torch.isnan(got.float()).any(), name
+        torch.testing.assert_close(got.double(), want, atol=atol * 4, rtol=atol * 4, msg=lambda m: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("name", list(MASKS))
+def test_flex_masks_match_torch(name):
+    make, torch_mask = MASKS[name]
+    q, k, v, d_out = random_inputs(2, 4, 2, 45, 64, 16, 8, seed=len(name))
+    run_and_compare(q, k, v, d_out, make(), torch_mask)
+
+
+def test_flex_lengths_below_one_block_and_gqa():
+    q, k, v, d_out = random_inputs(1, 6, 3, 5, 9, 32, 24, seed=3)
+    run_and_compare(q, k, v, d_out, lmcore.MaskMod.causal(), lambda qq, kv: kv <= qq, block=128)
+
+
+def test_flex_score_mods_match_torch():
+    q, k, v, d_out = random_inputs(1, 4, 2, 40, 40, 16, 16, seed=9)
+    slopes = lmcore.ScoreMod.alibi_slopes(4)
+    t_slopes = torch.tensor(slopes, dtype=torch.float64).view(1, 4, 1, 1)
+    causal = lambda qq, kv: kv <= qq
+    run_and_compare(q, k, v, d_out, lmcore.MaskMod.causal(), causal, lmcore.ScoreMod.alibi(slopes),
+                    lambda s, b, h, qq, kv: s + t_slopes * (kv - qq))
+    run_and_compare(q, k, v, d_out, lmcore.MaskMod.all(), lambda qq, kv: torch.ones_like(qq + kv, dtype=torch.bool),
+                    lmcore.ScoreMod.softcap(1.5), lambda s, b, h, qq, kv: 1.5 * torch.tanh(s / 1.5), scale=0.8)
+    R = 5
+    bias = np.linspace(-1, 1, 2 * R + 1, dtype=np.float32)
+    tb = torch.tensor(bias, dtype=torch.float64)
+    run_and_compare(q, k, v, d_out, lmcore.MaskMod.sliding_window(12), lambda qq, kv: (kv <= qq) & (qq - kv <= 12),
+                    lmcore.ScoreMod.relative_position_bias(bias, R),
+                    lambda s, b, h, qq, kv: s + tb[(qq - kv).clamp(-R, R) + R])
+    # A Python score function with its derivative, and one without (forward only).
+    user = lmcore.ScoreMod.from_function(lambda s, b, h, qq, kv: 2.0 * s + 0.01 * (qq - kv),
+                                         lambda s, b, h, qq, kv: 2.0)
+    run_and_compare(q[:, :, :20], k[:, :, :20], v[:, :, :20], d_out[:, :, :20], lmcore.MaskMod.causal(), causal, user,
+                    lambda s, b, h, qq, kv: 2.0 * s + 0.01 * (qq - kv))
+    run_and_compare(q[:, :, :20], k[:, :, :20], v[:, :, :20], d_out[:, :, :20], lmcore.MaskMod.causal(), causal,
+                    lambda s, b, h, qq, kv: s * 0.5, lambda s, b, h, qq, kv: s * 0.5, backward=False)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_flex_low_precision(dtype):
+    q, k, v, d_out = random_inputs(1, 2, 2, 50, 50, 16, 16, seed=21, dtype=dtype)
+    run_and_compare(q, k, v, d_out, lmcore.MaskMod.sliding_window(7), lambda qq, kv: (kv <= qq) & (qq - kv <= 7),
+                    atol=2e-2)
+
+
+def test_empty_rows_are_zero_and_never_nan():
+    q, k, v, d_out = random_inputs(1, 2, 2, 30, 30, 8, 8, seed=5)
+    run_and_compare(q, k, v, d_out, lambda b, h, qq, kv: qq >= 10 and kv <= qq, lambda qq, kv: (qq >= 10) & (kv <= qq))
+    bm = lmcore.create_block_mask(lmcore.MaskMod.causal() & ~lmcore.MaskMod.all(), 1, 1, 30, 30)
+    out, lse = lmcore.flex_attention(q, k, v, block_mask=bm, return_lse=True)
+    assert torch.all(to_torch(out) == 0) and torch.all(torch.isneginf(to_torch(lse)))
+
+
+def test_sdpa_matches_torch():
+    q, k, v, d_out = random_inputs(2, 4, 2, 70, 45, 16, 8, seed=31)
+    qi, ki = grid(70, 45)
+    for causal, mask in ((False, None), (True, None), (False, ((qi * ki) % 5 != 1) & (qi != 3))):
+        torch_mask = (ki <= qi) if causal else (mask if mask is not None else torch.ones(70, 45, dtype=torch.bool))
+        out, lse = lmcore.sdpa(q, k, v, attn_mask=mask, causal=causal)
+        tq, tk, tv = (x.double().requires_grad_() for x in (q, k, v))
+        ref_out, ref_lse = torch_attention(tq, tk, tv, torch_mask)
+        torch.testing.assert_close(to_torch(out).double(), ref_out.detach(), atol=1e-4, rtol=1e-4)
+        ref_out.backward(d_out.double())
+        dq, dk, dv = (to_torch(x) for x in lmcore.sdpa_backward(q, k, v, to_torch(out), to_torch(lse), d_out,
+                                                               attn_mask=mask, causal=causal))
+        for got, want in ((dq, tq.grad), (dk, tk.grad), (dv, tv.grad)):
+            torch.testing.assert_close(got.double(), want, atol=4e-4, rtol=4e-4)
+
+
+def test_block_mask_properties_and_errors():
+    bm = lmcore.create_block_mask(lmcore.MaskMod.sliding_window(256), 1, 1, 4096, 4096)
+    assert bm.num_q_blocks == 32 and bm.nonempty_blocks() == 32 + 31 + 30
+    assert bm.block_density() == pytest.approx(93 / 1024)
+    assert 0 < bm.element_density() < bm.block_density()
+    with pytest.raises(lmcore.Error, match="block mask was built for"):
+        q = torch.zeros(1, 1, 100, 8)
+        lmcore.flex_attention(q, q, q, block_mask=bm)
+    with pytest.raises(lmcore.Error, match="derivative"):
+        q = torch.zeros(1, 1, 8, 8)
+        out, lse = lmcore.flex_attention(q, q, q, score_mod=lambda s, b, h, i, j: s, return_lse=True)
+        lmcore.flex_attention_backward(q, q, q, out, lse, q, score_mod=lambda s, b, h, i, j: s)
