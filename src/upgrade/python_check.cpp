@@ -494,7 +494,7 @@ class Checker {
     int dots = 0;
     while (is_op(u, i, ".") || is_op(u, i, "...")) dots += static_cast<int>(text(u, i++).size());
     std::vector<int> parts;
-    i = read_dotted(u, i, parts);
+    if (!is_word(u, i, "import")) i = read_dotted(u, i, parts);  // `from . import x` has no module part
     std::string base = join(u, parts);
     if (dots > 0) {
       const std::string resolved = resolve_relative(dots, base);

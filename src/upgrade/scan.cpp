@@ -108,7 +108,8 @@ std::string module_name(const fs::path& file, bool& package_init) {
 }
 
 bool read_file(const fs::path& p, std::string& out, std::string& error) {
-  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO or device named on the command line must not hang the scan.
+  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     error = std::strerror(errno);
     return false;
@@ -116,6 +117,11 @@ bool read_file(const fs::path& p, std::string& out, std::string& error) {
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     error = std::strerror(errno);
+    ::close(fd);
+    return false;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    error = S_ISFIFO(st.st_mode) ? "not a regular file (a FIFO)" : "not a regular file";
     ::close(fd);
     return false;
   }

@@ -1,0 +1,7 @@
+from torch.distributed import *
+from torch.distributed._functional_collectives import *
+
+a = b = g = None
+all_gather_single(a, b)  # expect: UPG101
+all_gather_single_autograd(a, 0, g)  # expect: UPG103
+reduce_scatter_single(a, b)  # expect: UPG103

@@ -1,0 +1,217 @@
+// Targeted tests of the Python rules, the CUDA checks, the edits/diff and the output formats.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "lmcore/core/error.h"
+#include "lmcore/upgrade/cuda_check.h"
+#include "lmcore/upgrade/python_check.h"
+#include "lmcore/upgrade/report.h"
+#include "lmcore/upgrade/scan.h"
+
+namespace lmcore::upgrade {
+namespace {
+
+namespace fs = std::filesystem;
+
+// "line:col CODE" for each finding.
+std::vector<std::string> brief(const std::vector<Finding>& fs) {
+  std::vector<std::string> out;
+  for (const auto& f : fs) out.push_back(fmt::format("{}:{} {}", f.line, f.col, f.code));
+  return out;
+}
+
+std::vector<std::string> check(std::string_view src, std::string module = "") {
+  return brief(check_python_source(src, PythonContext{std::move(module), false}));
+}
+
+TEST(UpgradeRules, RenamesNeedTheNameToResolveToTorch) {
+  EXPECT_EQ(check("import mylib as dist\ndist.all_gather_into_tensor(a, b)\n"), std::vector<std::string>{});
+  EXPECT_EQ(check("all_gather_into_tensor(a, b)\n"), std::vector<std::string>{});
+  EXPECT_EQ(check("import torch\ntorch.distributed.all_gather_into_tensor(a, b)\n"),
+            (std::vector<std::string>{"2:19 UPG101"}));
+  EXPECT_EQ(check("import torch.distributed as d, os\nx = [d.reduce_scatter_tensor]\n"),
+            (std::vector<std::string>{"2:8 UPG102"}));
+  // A keyword argument named like the function, and the definition of a method, are not uses.
+  EXPECT_EQ(check("import torch.distributed as dist\nf(all_gather_into_tensor=1)\n"
+                  "class A:\n    def reduce_scatter_tensor(self): pass\n"),
+            std::vector<std::string>{});
+}
+
+TEST(UpgradeRules, TheDefiningModuleRenamesItsDefinitionAndCalls) {
+  const std::string src =
+      "def all_gather_into_tensor(out, inp):\n    pass\n\n"
+      "def _all_gather_base(out, inp):\n    return all_gather_into_tensor(out, inp)\n";
+  EXPECT_EQ(check(src, "torch.distributed.distributed_c10d"), (std::vector<std::string>{"1:5 UPG101", "5:12 UPG101"}));
+  EXPECT_EQ(check(src, "mypkg.util"), std::vector<std::string>{});
+}
+
+TEST(UpgradeRules, EditsTouchOnlyTheIdentifier) {
+  const std::string src = "from torch.distributed import (\n    all_gather_into_tensor as ag,  # x\n)\nag(1, 2)\n";
+  const auto found = check_python_source(src, {});
+  std::vector<Edit> edits;
+  for (const auto& f : found)
+    if (f.fix) edits.push_back(*f.fix);
+  ASSERT_EQ(edits.size(), 1u);
+  EXPECT_EQ(apply_edits(src, edits),
+            "from torch.distributed import (\n    all_gather_single as ag,  # x\n)\nag(1, 2)\n");
+  ASSERT_EQ(found.size(), 2u);
+  EXPECT_FALSE(found[1].fix);  // the alias use is fixed at the import
+  EXPECT_NE(found[1].message.find("imported on line 2"), std::string::npos);
+}
+
+TEST(UpgradeRules, NamedTensorConfidence) {
+  auto conf = [](std::string_view src) {
+    std::vector<std::string> out;
+    for (const auto& f : check_python_source(src, {}))
+      out.push_back(fmt::format("{} {}", f.code, confidence_name(f.confidence)));
+    return out;
+  };
+  EXPECT_EQ(conf("import torch\nx = torch.ones(2)\nx.names\ny.names\n"),
+            (std::vector<std::string>{"UPG201 high", "UPG201 low"}));
+  EXPECT_EQ(conf("def f(t: 'x'): t.align_to('N')\n"), (std::vector<std::string>{"UPG204 medium"}));
+  EXPECT_EQ(conf("import torch\ntorch.ones(2).refine_names('N')\n"), (std::vector<std::string>{"UPG202 high"}));
+  EXPECT_EQ(conf("import xarray as xr\nxr.concat(ds, dim='time')\nds.mean(dim='time')\n"),
+            (std::vector<std::string>{"UPG210 medium"}));
+  EXPECT_EQ(conf("p.rename('new')\np.rename(None)\np.rename(N='batch')\n"),
+            (std::vector<std::string>{"UPG203 high", "UPG203 medium"}));
+  EXPECT_EQ(conf("x.sum('C')\nx.softmax('C')\nx.sum(0)\n"), (std::vector<std::string>{"UPG210 low", "UPG210 medium"}));
+}
+
+TEST(UpgradeRules, NotebookCellsShareImports) {
+  const auto found = check_python_cells({"import torch.distributed as dist\n", "\n\ndist.reduce_scatter_tensor(a, b)\n"}, {});
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].cell, 2);
+  EXPECT_EQ(found[0].line, 3);
+  EXPECT_EQ(found[0].col, 6);
+}
+
+TEST(UpgradeRules, SyntaxErrorKeepsEarlierFindings) {
+  EXPECT_EQ(check("import torch.distributed as dist\ndist.reduce_scatter_tensor\nx = (]\n"),
+            (std::vector<std::string>{"2:6 UPG102", "3:6 UPG903"}));
+}
+
+TEST(UpgradeCuda, PinLines) {
+  auto codes = [](std::string_view line, PinFileKind kind) {
+    std::vector<std::string> out;
+    for (const auto& f : check_pin_line(line, 1, 0, kind)) out.push_back(fmt::format("{}@{}", f.code, f.col));
+    return out;
+  };
+  EXPECT_EQ(codes("torch==2.4.0+cu124", PinFileKind::requirements), (std::vector<std::string>{"UPG303@14"}));
+  EXPECT_EQ(codes("torch==2.9.0+cu130", PinFileKind::requirements), std::vector<std::string>{});
+  EXPECT_EQ(codes("--index-url https://download.pytorch.org/whl/nightly/cu129", PinFileKind::requirements),
+            (std::vector<std::string>{"UPG303@54"}));
+  EXPECT_EQ(codes("https://example.com/page#cu121", PinFileKind::requirements), std::vector<std::string>{});
+  EXPECT_EQ(codes("  - pytorch-cuda==11.8", PinFileKind::conda), (std::vector<std::string>{"UPG304@5"}));
+  EXPECT_EQ(codes("  - cuda-version>=12.4", PinFileKind::conda), std::vector<std::string>{});
+  EXPECT_EQ(codes("  - cuda-version<13", PinFileKind::conda), (std::vector<std::string>{"UPG304@5"}));
+  EXPECT_EQ(codes("nvidia-nccl-cu13", PinFileKind::requirements), std::vector<std::string>{});
+  EXPECT_EQ(codes("cupy-cuda117", PinFileKind::requirements), (std::vector<std::string>{"UPG306@1"}));
+  EXPECT_EQ(codes("FROM --platform=linux/amd64 nvidia/cuda:11.8.0-base", PinFileKind::dockerfile),
+            (std::vector<std::string>{"UPG305@29"}));
+  EXPECT_EQ(codes("FROM nvidia/cuda:13.0.1-devel-ubuntu24.04", PinFileKind::dockerfile), std::vector<std::string>{});
+  EXPECT_EQ(codes("ENV CUDA_VERSION 12.9.1", PinFileKind::dockerfile), (std::vector<std::string>{"UPG305@5"}));
+  EXPECT_EQ(codes("# FROM nvidia/cuda:11.8.0-base", PinFileKind::dockerfile), std::vector<std::string>{});
+  EXPECT_TRUE(pin_file_kind("requirements-dev.txt") == PinFileKind::requirements);
+  EXPECT_TRUE(pin_file_kind("docker/Dockerfile.gpu") == PinFileKind::dockerfile);
+  EXPECT_FALSE(pin_file_kind("notes.txt"));
+}
+
+TEST(UpgradeCuda, ProbeFakeInstall) {
+  const fs::path root = fs::temp_directory_path() / fmt::format("lmcore_upgrade_cuda_{}", ::getpid());
+  fs::remove_all(root);
+  fs::create_directories(root / "bin");
+  fs::create_directories(root / "lib64");
+  {
+    std::ofstream(root / "version.json") << R"({"cuda": {"name": "CUDA SDK", "version": "12.4.1"}})";
+    std::ofstream nvcc(root / "bin" / "nvcc");
+    nvcc << "#!/bin/sh\necho 'nvcc: NVIDIA (R) Cuda compiler driver'\n"
+            "echo 'Cuda compilation tools, release 12.4, V12.4.131'\n";
+    std::ofstream(root / "lib64" / "libcudart.so.12.4.127") << "not an ELF file";
+  }
+  fs::permissions(root / "bin" / "nvcc", fs::perms::owner_all);
+  const auto found = probe_cuda({root});
+  std::vector<std::string> got;
+  for (const auto& c : found) got.push_back(fmt::format("{} {} {}", c.component, c.source, c.version));
+  EXPECT_EQ(got, (std::vector<std::string>{"toolkit nvcc --version 12.4.131", "toolkit version.json 12.4.1",
+                                           "runtime file name 12.4.127"}));
+  const auto findings = cuda_component_findings(found);
+  ASSERT_EQ(findings.size(), 3u);
+  EXPECT_EQ(findings[0].code, "UPG301");
+  EXPECT_EQ(findings[2].code, "UPG302");
+  fs::remove_all(root);
+}
+
+TEST(UpgradeCuda, ProbeThisMachine) {
+  // This machine's image installs CUDA 13.0 under /usr/local/cuda; where it does, the probe must
+  // report the same release as `nvcc --version` and no UPG301/302 findings.
+  const auto found = probe_cuda({});
+  if (!fs::exists("/usr/local/cuda/bin/nvcc")) {
+    for (const auto& c : found) EXPECT_FALSE(c.path.empty());
+    return;
+  }
+  bool nvcc = false, runtime = false;
+  for (const auto& c : found) {
+    if (c.source == "nvcc --version") {
+      nvcc = true;
+      EXPECT_GE(c.major, 13) << c.path;
+    }
+    if (c.component == "runtime") runtime = true;
+  }
+  EXPECT_TRUE(nvcc);
+  EXPECT_TRUE(runtime);
+  EXPECT_TRUE(cuda_component_findings(found).empty());
+}
+
+TEST(UpgradeReport, FormatsAndEscapes) {
+  Finding f;
+  f.path = "a,b:c.py";
+  f.line = 3;
+  f.col = 7;
+  f.end_line = 3;
+  f.end_col = 9;
+  f.code = "UPG201";
+  f.message = "100% sure\nnot";
+  f.confidence = Confidence::low;
+  EXPECT_EQ(format_findings({f}, OutputFormat::text), "a,b:c.py:3:7: UPG201 100% sure\nnot\n");
+  EXPECT_EQ(format_findings({f}, OutputFormat::github),
+            "::warning title=upgrade-check (UPG201),file=a%2Cb%3Ac.py,line=3,col=7,endLine=3,endColumn=9::"
+            "a,b:c.py:3:7: UPG201 100%25 sure%0Anot\n");
+  const auto j = nlohmann::json::parse(format_findings({f}, OutputFormat::json));
+  EXPECT_EQ(j[0]["confidence"], "low");
+  EXPECT_TRUE(j[0]["fix"].is_null());
+  const auto s = nlohmann::json::parse(format_findings({f}, OutputFormat::sarif));
+  EXPECT_EQ(s["runs"][0]["tool"]["driver"]["rules"].size(), all_rules().size());
+  EXPECT_EQ(s["runs"][0]["results"][0]["ruleId"], "UPG201");
+  const int idx = s["runs"][0]["results"][0]["ruleIndex"];
+  EXPECT_EQ(s["runs"][0]["tool"]["driver"]["rules"][idx]["id"], "UPG201");
+  // Every rule is documented, and codes are unique.
+  std::set<std::string_view> codes;
+  for (const auto& r : all_rules()) {
+    EXPECT_TRUE(codes.insert(r.code).second) << r.code;
+    EXPECT_GT(r.explanation.size(), 20u) << r.code;
+  }
+  EXPECT_NE(format_rules().find("UPG101 renamed-all-gather-into-tensor (fixable)"), std::string::npos);
+}
+
+TEST(UpgradeFix, UnifiedDiffHunks) {
+  std::string before, after;
+  for (int i = 1; i <= 20; ++i) {
+    before += fmt::format("line {}\n", i);
+    after += i == 2 || i == 3 || i == 15 ? fmt::format("LINE {}\n", i) : fmt::format("line {}\n", i);
+  }
+  const std::string d = unified_diff("x.py", before, after);
+  EXPECT_EQ(d.substr(0, d.find("@@ -12")),
+            "--- a/x.py\n+++ b/x.py\n@@ -1,6 +1,6 @@\n line 1\n-line 2\n-line 3\n+LINE 2\n+LINE 3\n line 4\n line 5\n"
+            " line 6\n");
+  EXPECT_NE(d.find("@@ -12,7 +12,7 @@\n line 12\n line 13\n line 14\n-line 15\n+LINE 15\n"), std::string::npos);
+  EXPECT_EQ(unified_diff("x.py", "a\nb", "a\nc"), "--- a/x.py\n+++ b/x.py\n@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n+c\n\\ No newline at end of file\n");
+  EXPECT_THROW(apply_edits("abcdef", {Edit{1, 3, "X"}, Edit{2, 4, "Y"}}), Error);
+  EXPECT_EQ(apply_edits("abcdef", {Edit{4, 5, "Y"}, Edit{1, 3, "X"}, Edit{1, 3, "X"}}), "aXdYf");
+}
+
+}  // namespace
+}  // namespace lmcore::upgrade
