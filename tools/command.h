@@ -18,5 +18,7 @@ const std::vector<Command>& all_commands();
 int run_info(int argc, char** argv);
 int run_bench(int argc, char** argv);
 int run_upgrade_check(int argc, char** argv);
+int run_inspect(int argc, char** argv);
+int run_convert(int argc, char** argv);
 
 }  // namespace lmcore::cli

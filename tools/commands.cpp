@@ -8,6 +8,8 @@ const std::vector<Command>& all_commands() {
       {"bench", "benchmark tables: lmcore bench [--quick] [--json] [SUITE...]", run_bench},
       {"upgrade-check", "PyTorch 2.13 removals/renames and CUDA < 13 in Python code: lmcore upgrade-check [--fix] PATH",
        run_upgrade_check},
+      {"inspect", "checkpoint format, tensors and metadata: lmcore inspect FILE [--json]", run_inspect},
+      {"convert", "checkpoint conversion, verified: lmcore convert IN OUT [--to safetensors|torch]", run_convert},
   };
   return commands;
 }

@@ -1,0 +1,232 @@
+"""lmcore.load on files written by torch 1.13 (every dtype, views, shared storages, nested dicts, real
+modules, legacy format, ZIP64, big-endian, deflated), torch.load(weights_only=True) on lmcore's .pt
+files, and hostile pickles. Every tensor is compared bit for bit."""
+import io
+import os
+import pickle
+import struct
+import zipfile
+
+import pytest
+import torch
+
+import lmcore
+from io_helpers import (ALL_TORCH_DTYPES, assert_same, lm_address, lm_bytes, random_tensor, torch_bytes)
+
+
+def save(tmp_path, obj, name="m.pt", **kw):
+    path = tmp_path / name
+    torch.save(obj, path, **kw)
+    return path
+
+
+def test_every_dtype_bit_exact(tmp_path):
+    sd = {f"t{i}": random_tensor((5, 7), dt, i) for i, dt in enumerate(ALL_TORCH_DTYPES)}
+    tensors, info = lmcore.load(str(save(tmp_path, sd)), with_info=True)
+    assert info["format"] == "pytorch-zip"
+    assert list(tensors) == list(sd)
+    for k, x in sd.items():
+        assert_same(tensors[k], x, k)
+
+
+def test_views_slices_transposes_and_shared_storage(tmp_path):
+    base = random_tensor((8, 6), torch.float32, 1)
+    emb = random_tensor((10, 4), torch.bfloat16, 2)
+    sd = {"base": base, "row": base[2], "cols": base[:, 1::2], "t": base.t(), "tail": base.view(-1)[5:],
+          "emb": emb, "head": emb, "scalar": torch.tensor(3.5), "empty": torch.empty(0, 3),
+          "expanded": random_tensor((3, 1), torch.int32, 3).expand(3, 4)}
+    t = lmcore.load(str(save(tmp_path, sd)))
+    for k, x in sd.items():
+        assert_same(t[k], x, k)
+        if x.numel():
+            assert tuple(t[k].strides) == x.stride(), k
+            assert t[k].storage_offset == x.storage_offset(), k
+    # Views of one storage share memory in the result, as in torch.
+    for k in ["row", "cols", "t", "tail"]:
+        assert lm_address(t[k]) == lm_address(t["base"]), k
+    assert lm_address(t["head"]) == lm_address(t["emb"])
+
+
+def test_nested_dicts_flatten_or_keep_structure(tmp_path):
+    a, b, c = (random_tensor((3,), torch.float32, i) for i in range(3))
+    obj = {"model": {"enc": {"w": a}, "dec": {"w": b}}, "layers": [c, a], "step": 12, "lr": 0.5, "name": "adam",
+           "opt": {"state": {0: {"exp_avg": b}}}}
+    t, info = lmcore.load(str(save(tmp_path, obj)), with_info=True)
+    assert list(t) == ["model.enc.w", "model.dec.w", "layers.0", "layers.1", "opt.state.0.exp_avg"]
+    assert_same(t["layers.1"], a)
+    assert info["metadata"]["step"] == "12" and info["metadata"]["name"] == "adam"
+    assert lm_address(t["layers.1"]) == lm_address(t["model.enc.w"])
+    tree = lmcore.load(str(tmp_path / "m.pt"), keep_structure=True)
+    assert_same(tree["model"]["dec"]["w"], b)
+    assert_same(tree["layers"][0], c)
+    assert tree["step"] == "12"
+
+
+def test_real_module_state_dict(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(50, 16), torch.nn.TransformerEncoderLayer(16, 2, 32),
+                                torch.nn.LayerNorm(16), torch.nn.Linear(16, 50))
+    model[3].weight = model[0].weight  # tied embedding
+    model.half()
+    sd = model.state_dict()
+    t = lmcore.load(str(save(tmp_path, sd)))
+    assert list(t) == list(sd)
+    for k, x in sd.items():
+        assert_same(t[k], x, k)
+    assert lm_address(t["3.weight"]) == lm_address(t["0.weight"])
+
+
+def test_parameters_and_requires_grad(tmp_path):
+    p = torch.nn.Parameter(random_tensor((4, 4), torch.float32, 5))
+    t = lmcore.load(str(save(tmp_path, {"p": p, "buf": torch.ones(2)})))
+    assert_same(t["p"], p)
+
+
+def test_single_tensor_and_lists(tmp_path):
+    x = random_tensor((2, 3), torch.float64, 6)
+    assert_same(lmcore.load(str(save(tmp_path, x)))["tensor"], x)
+    assert_same(lmcore.load(str(save(tmp_path, [x, x], "l.pt")))["1"], x)
+
+
+def test_legacy_format(tmp_path):
+    sd = {f"t{i}": random_tensor((3, 4), dt, i) for i, dt in enumerate(ALL_TORCH_DTYPES)}
+    base = random_tensor((6, 5), torch.float32, 99)
+    sd.update({"base": base, "view": base[1:, ::2], "nested": {"x": base.t()}})
+    path = save(tmp_path, sd, _use_new_zipfile_serialization=False)
+    t, info = lmcore.load(str(path), with_info=True)
+    assert info["format"] == "pytorch-legacy"
+    for k, x in sd.items():
+        if isinstance(x, dict):
+            continue
+        assert_same(t[k], x, k)
+    assert_same(t["nested.x"], base.t())
+    assert tuple(t["view"].strides) == sd["view"].stride()
+
+
+def rewrite_zip(src, dst, transform=lambda name, data: data, compression=zipfile.ZIP_STORED, zip64=False,
+                extra=None):
+    old_limit = zipfile.ZIP64_LIMIT
+    if zip64:
+        zipfile.ZIP64_LIMIT = 0  # forces ZIP64 extra fields and the ZIP64 end record
+    try:
+        with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", compression=compression) as zout:
+            for item in zin.infolist():
+                zout.writestr(item.filename, transform(item.filename, zin.read(item.filename)),
+                              compress_type=compression)
+            for name, data in (extra or {}).items():
+                zout.writestr(name, data)
+    finally:
+        zipfile.ZIP64_LIMIT = old_limit
+
+
+def test_zip64_archive(tmp_path):
+    sd = {"a": random_tensor((64,), torch.float32, 1), "b": random_tensor((3, 3), torch.int64, 2)}
+    src = save(tmp_path, sd)
+    dst = tmp_path / "z64.pt"
+    rewrite_zip(src, dst, zip64=True)
+    assert b"PK\x06\x06" in dst.read_bytes()
+    assert torch_bytes(torch.load(dst)["a"]) == torch_bytes(sd["a"])  # a valid archive for torch too
+    t = lmcore.load(str(dst))
+    for k, x in sd.items():
+        assert_same(t[k], x, k)
+
+
+def test_deflated_archive(tmp_path):
+    sd = {"a": random_tensor((100,), torch.float16, 1), "b": torch.zeros(1000)}
+    dst = tmp_path / "deflated.pt"
+    rewrite_zip(save(tmp_path, sd), dst, compression=zipfile.ZIP_DEFLATED)
+    t = lmcore.load(str(dst))
+    for k, x in sd.items():
+        assert_same(t[k], x, k)
+
+
+def test_big_endian_archive(tmp_path):
+    sd = {"a": random_tensor((5, 3), torch.float32, 1), "b": random_tensor((4,), torch.float32, 2)}
+
+    def to_big(name, data):
+        if "/data/" in name:
+            return b"".join(data[i:i + 4][::-1] for i in range(0, len(data), 4))
+        return data
+
+    dst = tmp_path / "be.pt"
+    src = save(tmp_path, sd)
+    with zipfile.ZipFile(src) as z:
+        assert not any(n.endswith("/byteorder") for n in z.namelist())  # torch 1.13 writes none
+        prefix = z.namelist()[0].split("/")[0]
+    rewrite_zip(src, dst, to_big, extra={f"{prefix}/byteorder": b"big"})
+    t = lmcore.load(str(dst))
+    for k, x in sd.items():
+        assert_same(t[k], x, k)
+
+
+@pytest.mark.parametrize("dtype", ALL_TORCH_DTYPES)
+def test_torch_weights_only_reads_lmcore_pt(tmp_path, dtype):
+    x = random_tensor((4, 6), dtype, 3)
+    path = tmp_path / "lm.pt"
+    lmcore.save_torch(str(path), {"x": x, "scalar": x[1, 2].clone(), "empty": x[:0]})
+    back = torch.load(path, weights_only=True)
+    assert list(back) == ["x", "scalar", "empty"]
+    assert torch_bytes(back["x"]) == torch_bytes(x) and back["x"].dtype == dtype
+    assert back["scalar"].shape == () and torch_bytes(back["scalar"]) == torch_bytes(x[1, 2])
+    assert back["empty"].shape == (0, 6)
+
+
+def test_lmcore_pt_keeps_sharing_and_views_for_torch(tmp_path):
+    base = random_tensor((8, 6), torch.float32, 7)
+    sd = {"base": base, "t": base.t(), "cols": base[:, 1::2], "tied": base}
+    loaded = lmcore.load(str(save(tmp_path, sd)))
+    path = tmp_path / "again.pt"
+    lmcore.save_torch(str(path), loaded)
+    back = torch.load(path, weights_only=True)
+    for k, x in sd.items():
+        assert torch_bytes(back[k]) == torch_bytes(x), k
+        assert back[k].stride() == x.stride(), k
+    assert back["t"].storage().data_ptr() == back["base"].storage().data_ptr()
+    assert back["tied"].data_ptr() == back["base"].data_ptr()
+
+
+def hostile_archive(tmp_path, pickle_bytes):
+    path = tmp_path / "evil.pt"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("evil/data.pkl", pickle_bytes)
+        z.writestr("evil/version", "3\n")
+    return path
+
+
+class Evil:
+    def __reduce__(self):
+        return (os.system, ("touch /tmp/lmcore_pwned",))
+
+
+def test_malicious_pickles_are_refused_without_side_effects(tmp_path):
+    marker = "/tmp/lmcore_pwned"
+    if os.path.exists(marker):
+        os.remove(marker)
+    cases = {
+        b"cos\nsystem\n(X\x04\x00\x00\x00echotR.": "'os.system'",
+        pickle.dumps({"w": Evil()}, protocol=2): "'posix.system'",
+        pickle.dumps({"w": Evil()}, protocol=4): "'posix.system'",
+        b"\x80\x02cbuiltins\neval\nX\x06\x00\x00\x001+1+1\x85R.": "'builtins.eval'",
+        b"\x80\x02cbuiltins\ngetattr\n.": "'builtins.getattr'",
+        b"\x80\x02(cos\nsystem\nX\x02\x00\x00\x00idtR.": "'os.system'",
+    }
+    for data, needle in cases.items():
+        with pytest.raises(lmcore.Error, match=needle.replace(".", r"\.")):
+            lmcore.load(str(hostile_archive(tmp_path, data)))
+    assert not os.path.exists(marker)
+    # torch's weights_only loader refuses the same file.
+    with pytest.raises(Exception):
+        torch.load(hostile_archive(tmp_path, pickle.dumps({"w": Evil()}, protocol=2)), weights_only=True)
+    assert not os.path.exists(marker)
+
+
+def test_unknown_bytes_error_shows_them(tmp_path):
+    p = tmp_path / "x.pt"
+    p.write_bytes(b"\x89PNG\r\n\x1a\nrest")
+    with pytest.raises(lmcore.Error, match="89 50 4e 47"):
+        lmcore.load(str(p))
+    g = tmp_path / "m.bin"
+    g.write_bytes(b"GGUF\x03\x00\x00\x00" + bytes(16))
+    with pytest.raises(lmcore.Error, match="GGUF"):
+        lmcore.load(str(g))
+    assert lmcore.detect_format(str(g)) == "gguf"
