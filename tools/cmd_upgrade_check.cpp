@@ -45,16 +45,19 @@ int run_upgrade_check(int argc, char** argv) {
   app.add_flag("--fix", fix, "rewrite the renames (UPG1xx) in place, atomically");
   app.add_flag("--diff", diff, "print the fixes as a unified diff; write nothing");
   app.add_flag("--rules", rules, "list the rule codes with explanations and exit");
-  app.add_option("--exclude", excludes, "glob of files/folders to skip (repeatable, or comma-separated)");
+  // allow_extra_args(false): each occurrence takes one value, so a path after it stays a path.
+  app.add_option("--exclude", excludes, "glob of files/folders to skip (repeatable, or comma-separated)")
+      ->allow_extra_args(false);
   app.add_flag("--no-default-excludes", no_default_excludes,
                "also walk virtualenvs, caches, build and dist folders");
-  app.add_option("--select", select, "only these code prefixes (e.g. UPG1,UPG203)");
-  app.add_option("--ignore", ignore, "drop these code prefixes");
+  app.add_option("--select", select, "only these code prefixes (e.g. UPG1,UPG203)")->allow_extra_args(false);
+  app.add_option("--ignore", ignore, "drop these code prefixes")->allow_extra_args(false);
   app.add_option("--min-confidence", min_conf, "low | medium | high: drop named-tensor findings below this")
       ->capture_default_str();
   app.add_option("--threads", threads, "worker threads (default: LMCORE_NUM_THREADS or cores)");
   app.add_flag("--no-cuda-env", no_cuda_env, "do not probe the installed CUDA toolkit/runtime");
-  app.add_option("--cuda-root", cuda_roots, "probe these CUDA install folders instead of the default places");
+  app.add_option("--cuda-root", cuda_roots, "probe these CUDA install folders instead of the default places")
+      ->allow_extra_args(false);
   app.add_flag("--statistics", stats, "print the number of findings per code (to stderr) after the findings");
   app.add_flag("-q,--quiet", quiet, "no summary line on stderr");
   try {

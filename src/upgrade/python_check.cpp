@@ -822,7 +822,7 @@ class Checker {
       if (!sizes && pos.size() >= 2) sizes = pos[1];
       bool named = dim && all_strings(u, dim->value, dim->end);
       if (!named && sizes) named = named_shape(u, sizes->value, sizes->end);
-      if (!named && recv != Receiver::tensor_class) return;
+      if (!named) return;  // unflatten itself stays; only named shapes are removed
       add(u, i, "UPG209",
           "Tensor.unflatten() with named shapes is removed with named tensors in PyTorch 2.13; pass a dim index "
           "and plain sizes" + confidence_note(Confidence::high, recv),
@@ -876,6 +876,8 @@ class Checker {
     if (is_name(u, prev)) {
       const std::string_view pw = text(u, prev);
       if (is_python_keyword(pw) && pw != "None") return;
+      // dict(dim="...") builds a mapping; its keywords are keys, not arguments.
+      if (pw == "dict" && (prev == 0 || !is_op(u, prev - 1, ".")) && !lookup(pw)) return;
       int h = prev;
       while (h >= 2 && is_op(u, h - 1, ".") && is_name(u, h - 2)) h -= 2;
       if (h >= 1 && (is_word(u, h - 1, "def") || is_word(u, h - 1, "class"))) return;
