@@ -120,37 +120,38 @@ struct StringHash {
 using BindingMap = std::unordered_map<std::string, Binding, StringHash, std::equal_to<>>;
 using NameSet = std::unordered_set<std::string, StringHash, std::equal_to<>>;
 
+// The tokens the rules walk: a file's or cell's own (borrowed from its TokenizedSource), or an
+// f-string replacement field's (tokenized separately and shifted to the enclosing file's offsets).
 struct Unit {
   const TokenizedSource* src = nullptr;  // for text and positions (a field unit points at its parent)
-  std::vector<Token> tok;                // significant tokens
-  std::vector<int> match;                // index of the matching bracket, or -1
+  const Token* tok = nullptr;
+  const std::int32_t* match = nullptr;   // index of the matching bracket, or -1
+  int n = 0;
   int cell = 0;
   bool field = false;                    // an f-string replacement field
+  std::vector<Token> own_tok;            // storage for field units
+  std::vector<std::int32_t> own_match;
 };
 
-void index_unit(Unit& u, const std::vector<Token>& all, std::uint32_t shift) {
-  u.tok.reserve(all.size());
-  for (const Token& t : all) {
-    if (t.kind == TokKind::comment || t.kind == TokKind::nl) continue;
-    Token s = t;
-    s.begin += shift;
-    s.end += shift;
-    u.tok.push_back(s);
+void borrow_unit(Unit& u, const TokenizedSource& ts) {
+  u.src = &ts;
+  u.tok = ts.tokens.data();
+  u.match = ts.match.data();
+  u.n = static_cast<int>(ts.tokens.size());
+}
+
+void own_unit(Unit& u, const TokenizedSource& parent, const TokenizedSource& sub, std::uint32_t shift) {
+  u.src = &parent;
+  u.own_tok = sub.tokens;
+  for (Token& t : u.own_tok) {
+    t.begin += shift;
+    t.end += shift;
+    t.line = parent.line_of(t.begin);
   }
-  u.match.assign(u.tok.size(), -1);
-  std::vector<int> stack;
-  for (int i = 0; i < static_cast<int>(u.tok.size()); ++i) {
-    const Token& t = u.tok[i];
-    if (t.kind != TokKind::op || t.end - t.begin != 1) continue;
-    const char c = u.src->source[t.begin];
-    if (c == '(' || c == '[' || c == '{') {
-      stack.push_back(i);
-    } else if ((c == ')' || c == ']' || c == '}') && !stack.empty()) {
-      u.match[i] = stack.back();
-      u.match[stack.back()] = i;
-      stack.pop_back();
-    }
-  }
+  u.own_match = sub.match;
+  u.tok = u.own_tok.data();
+  u.match = u.own_match.data();
+  u.n = static_cast<int>(u.own_tok.size());
 }
 
 struct NoqaLine {
@@ -161,8 +162,7 @@ struct NoqaLine {
 // `# noqa` or `# noqa: A1, B2` (flake8 syntax, case-insensitive keyword).
 std::unordered_map<std::uint32_t, NoqaLine> noqa_lines(const TokenizedSource& ts) {
   std::unordered_map<std::uint32_t, NoqaLine> out;
-  for (const Token& t : ts.tokens) {
-    if (t.kind != TokKind::comment) continue;
+  for (const Token& t : ts.comments) {
     std::string_view c = ts.text(t);
     std::size_t k = std::string_view::npos;
     for (std::size_t i = 0; i + 4 <= c.size(); ++i) {
@@ -225,12 +225,17 @@ class Checker {
   explicit Checker(const PythonContext& ctx) : ctx_(ctx) {}
 
   std::vector<Finding> run(const std::vector<std::string_view>& sources, bool notebook) {
-    std::vector<std::unique_ptr<TokenizedSource>> parsed;
+    // Token storage is reused across the files a worker thread checks: tokenizing is a hot loop
+    // and fresh vectors cost page faults.
+    thread_local std::vector<std::unique_ptr<TokenizedSource>> pool;
+    while (pool.size() < sources.size() + 1) pool.push_back(std::make_unique<TokenizedSource>());
+    TokenizedSource& sub = *pool.back();
     std::vector<Unit> units;
+    units.reserve(sources.size());
     std::vector<std::unordered_map<std::uint32_t, NoqaLine>> noqa;
     for (std::size_t i = 0; i < sources.size(); ++i) {
-      parsed.push_back(std::make_unique<TokenizedSource>(tokenize(sources[i])));
-      const TokenizedSource& ts = *parsed.back();
+      TokenizedSource& ts = *pool[i];
+      tokenize_into(sources[i], ts);
       const int cell = notebook ? static_cast<int>(i) + 1 : 0;
       noqa.push_back(noqa_lines(ts));
       if (ts.error) {
@@ -247,18 +252,15 @@ class Checker {
         findings_.push_back(std::move(f));
       }
       Unit u;
-      u.src = &ts;
       u.cell = cell;
-      index_unit(u, ts.tokens, 0);
+      borrow_unit(u, ts);
       units.push_back(std::move(u));
       for (const auto& [b, e] : ts.fstring_fields) {
-        TokenizedSource sub = tokenize(ts.source.substr(b, e - b));
+        tokenize_into(ts.source.substr(b, e - b), sub);
         Unit fu;
-        fu.src = &ts;
         fu.cell = cell;
         fu.field = true;
-        index_unit(fu, sub.tokens, b);
-        for (Token& t : fu.tok) t.line = ts.line_of(t.begin);
+        own_unit(fu, ts, sub, b);
         units.push_back(std::move(fu));
       }
     }
@@ -288,14 +290,14 @@ class Checker {
     return u.src->source.substr(t.begin, t.end - t.begin);
   }
   static bool is_op(const Unit& u, int i, std::string_view op) {
-    if (i < 0 || i >= static_cast<int>(u.tok.size())) return false;
+    if (i < 0 || i >= u.n) return false;
     const Token& t = u.tok[i];
     // c0/c1 hold the op's first bytes, so most comparisons touch no source text.
     if (t.kind != TokKind::op || t.c0 != op[0] || t.end - t.begin != op.size()) return false;
     return op.size() < 2 || (t.c1 == op[1] && (op.size() < 3 || text(u, i) == op));
   }
   static bool is_name(const Unit& u, int i) {
-    return i >= 0 && i < static_cast<int>(u.tok.size()) && u.tok[i].kind == TokKind::name;
+    return i >= 0 && i < u.n && u.tok[i].kind == TokKind::name;
   }
   static bool is_word(const Unit& u, int i, std::string_view w) { return is_name(u, i) && text(u, i) == w; }
   static bool statement_start(const Unit& u, int i) {
@@ -305,7 +307,7 @@ class Checker {
            is_op(u, i - 1, ":");
   }
   static bool ends_statement(const Unit& u, int i) {
-    return i >= static_cast<int>(u.tok.size()) || u.tok[i].kind == TokKind::newline ||
+    return i >= u.n || u.tok[i].kind == TokKind::newline ||
            u.tok[i].kind == TokKind::endmarker || is_op(u, i, ";");
   }
 
@@ -414,7 +416,7 @@ class Checker {
 
   // ---- pass 1: bindings
   void collect_bindings(const Unit& u) {
-    const int n = static_cast<int>(u.tok.size());
+    const int n = u.n;
     int indent = 0, depth = 0;
     bool stmt_start = true;
     std::vector<int> parts;
@@ -531,7 +533,7 @@ class Checker {
 
   // `name: torch.Tensor` in parameters and annotated assignments.
   void collect_tensor_annotations(const Unit& u) {
-    const int n = static_cast<int>(u.tok.size());
+    const int n = u.n;
     std::vector<int> parts;
     for (int i = 0; i + 2 < n; ++i) {
       if (u.tok[i].kind != TokKind::name || !is_op(u, i + 1, ":") || !is_name(u, i + 2)) continue;
@@ -552,7 +554,7 @@ class Checker {
         add_rename(u, f.tok, *f.rename, std::move(msg), true);
       }
     }
-    const int n = static_cast<int>(u.tok.size());
+    const int n = u.n;
     int import_until = -1;  // tokens of the current import statement are not references
     for (int i = 0; i < n; ++i) {
       const Token& t = u.tok[i];

@@ -107,7 +107,9 @@ std::string module_name(const fs::path& file, bool& package_init) {
   return m;
 }
 
-bool read_file(const fs::path& p, std::string& out, std::string& error) {
+// Reads the whole file into `buf` (grown, never shrunk, so a worker reuses one buffer) and returns
+// the bytes read through `out`.
+bool read_file(const fs::path& p, std::string& buf, std::string_view& out, std::string& error) {
   // O_NONBLOCK: opening a FIFO or device named on the command line must not hang the scan.
   const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
@@ -125,11 +127,11 @@ bool read_file(const fs::path& p, std::string& out, std::string& error) {
     ::close(fd);
     return false;
   }
-  out.resize(static_cast<std::size_t>(st.st_size));
+  if (buf.size() < static_cast<std::size_t>(st.st_size) + 1) buf.resize(static_cast<std::size_t>(st.st_size) + 1);
   std::size_t got = 0;
   while (true) {
-    if (got == out.size()) out.resize(out.size() + 65536);  // the file grew, or st_size was 0 (procfs)
-    const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+    if (got == buf.size()) buf.resize(buf.size() + 65536);  // the file grew since fstat
+    const ssize_t n = ::read(fd, buf.data() + got, buf.size() - got);
     if (n < 0) {
       if (errno == EINTR) continue;
       error = std::strerror(errno);
@@ -139,7 +141,7 @@ bool read_file(const fs::path& p, std::string& out, std::string& error) {
     if (n == 0) break;
     got += static_cast<std::size_t>(n);
   }
-  out.resize(got);
+  out = std::string_view(buf.data(), got);
   ::close(fd);
   return true;
 }
@@ -155,11 +157,13 @@ Finding file_finding(const std::string& display, const char* code, std::string m
 }
 
 void check_file(const Job& job, std::vector<Finding>& out, ScannedFile& scanned) {
-  std::string text, error;
+  thread_local std::string buffer;
+  std::string_view text;
+  std::string error;
   scanned.display = job.display;
   scanned.path = job.path;
   scanned.notebook = job.kind == Kind::notebook;
-  if (!read_file(job.path, text, error)) {
+  if (!read_file(job.path, buffer, text, error)) {
     out.push_back(file_finding(job.display, "UPG901", fmt::format("cannot read file: {}", error)));
     return;
   }

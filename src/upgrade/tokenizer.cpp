@@ -239,6 +239,7 @@ class Lexer {
   struct Open {
     char ch;
     std::size_t offset;
+    std::int32_t token;  // index of the opening token
   };
 
   bool failed() const { return out_.error.has_value(); }
@@ -246,14 +247,18 @@ class Lexer {
   void emit(TokKind kind, std::size_t b, std::size_t e) { emit(kind, b, e, line_of_offset(b)); }
   void emit(TokKind kind, std::size_t b, std::size_t e, std::uint32_t line) {
     Token t{kind, 0, 0, static_cast<std::uint32_t>(b), static_cast<std::uint32_t>(e), line};
+    if (kind == TokKind::comment) {
+      out_.comments.push_back(t);
+      return;
+    }
+    if (kind == TokKind::nl) return;
     if (kind == TokKind::op) {
       t.c0 = s_[b];
       t.c1 = e - b > 1 ? s_[b + 1] : 0;
     }
     out_.tokens.push_back(t);
-    if (kind != TokKind::comment && kind != TokKind::nl && kind != TokKind::newline && kind != TokKind::indent &&
-        kind != TokKind::dedent)
-      logical_has_tokens_ = true;
+    out_.match.push_back(-1);
+    if (kind != TokKind::newline && kind != TokKind::indent && kind != TokKind::dedent) logical_has_tokens_ = true;
   }
 
   // Tokens start on the current line except multi-line strings, whose start line is remembered.
@@ -539,15 +544,21 @@ class Lexer {
       }
       len = 1;
     }
+    const auto index = static_cast<std::int32_t>(out_.tokens.size());
     if (len == 1 && (c == '(' || c == '[' || c == '{')) {
-      brackets_.push_back(Open{c, pos_});
+      brackets_.push_back(Open{c, pos_, index});
     } else if (len == 1 && (c == ')' || c == ']' || c == '}')) {
       if (brackets_.empty()) return error_at(pos_, fmt::format("unmatched '{}'", c));
-      const char open = brackets_.back().ch;
-      const char want = open == '(' ? ')' : open == '[' ? ']' : '}';
+      const Open open = brackets_.back();
+      const char want = open.ch == '(' ? ')' : open.ch == '[' ? ']' : '}';
       if (c != want)
-        return error_at(pos_, fmt::format("closing parenthesis '{}' does not match opening parenthesis '{}'", c, open));
+        return error_at(pos_, fmt::format("closing parenthesis '{}' does not match opening parenthesis '{}'", c, open.ch));
       brackets_.pop_back();
+      emit(TokKind::op, pos_, pos_ + len);
+      out_.match[static_cast<std::size_t>(index)] = open.token;
+      out_.match[static_cast<std::size_t>(open.token)] = index;
+      pos_ += len;
+      return;
     }
     emit(TokKind::op, pos_, pos_ + len);
     pos_ += len;
@@ -567,11 +578,23 @@ class Lexer {
 
 TokenizedSource tokenize(std::string_view source) {
   TokenizedSource out;
+  tokenize_into(source, out);
+  return out;
+}
+
+void tokenize_into(std::string_view source, TokenizedSource& out) {
   out.source = source;
+  out.tokens.clear();
+  out.comments.clear();
+  out.match.clear();
+  out.line_starts.clear();
+  out.fstring_fields.clear();
+  out.error.reset();
+  out.utf8 = true;
   if (source.size() >= 0xFFFFFFF0u) {
     out.line_starts.push_back(0);
     out.error = TokenizeError{1, 1, 0, fmt::format("file is {} bytes; upgrade-check reads files under 4 GiB", source.size())};
-    return out;
+    return;
   }
   const std::string cookie = coding_cookie(source);
   const Encoding enc = classify_encoding(cookie);
@@ -580,7 +603,7 @@ TokenizedSource tokenize(std::string_view source) {
     out.error = TokenizeError{1, 1, 0, fmt::format("encoding '{}' (coding cookie) is not supported; "
                                                    "upgrade-check reads UTF-8 and single-byte encodings", cookie),
                               true};
-    return out;
+    return;
   }
   out.utf8 = enc == Encoding::utf8;
   std::size_t bad = std::string_view::npos;
@@ -607,11 +630,11 @@ TokenizedSource tokenize(std::string_view source) {
                                            : fmt::format("the file declares '{}'", cookie));
     e.encoding = true;
     out.error = std::move(e);
-    return out;
+    return;
   }
-  out.tokens.reserve(source.size() / 4 + 16);
+  out.tokens.reserve(source.size() / 6 + 16);
+  out.match.reserve(source.size() / 6 + 16);
   Lexer(source, out).run();
-  return out;
 }
 
 }  // namespace lmcore::upgrade

@@ -1,6 +1,7 @@
 // Tokenizer tests: token kinds and positions on the constructs that decide what is code.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -12,7 +13,10 @@ namespace {
 // "KIND:text" for every token except NL/NEWLINE/INDENT/DEDENT/ENDMARKER, joined by '|'.
 std::string kinds(const TokenizedSource& ts) {
   std::string out;
-  for (const auto& t : ts.tokens) {
+  std::vector<Token> all = ts.tokens;
+  all.insert(all.end(), ts.comments.begin(), ts.comments.end());
+  std::stable_sort(all.begin(), all.end(), [](const Token& a, const Token& b) { return a.begin < b.begin; });
+  for (const auto& t : all) {
     if (t.kind == TokKind::nl || t.kind == TokKind::newline || t.kind == TokKind::indent ||
         t.kind == TokKind::dedent || t.kind == TokKind::endmarker)
       continue;
@@ -55,6 +59,27 @@ TEST(UpgradeTokenizer, FStringFieldsAreRecorded) {
   auto ts2 = tokenize("s = f\"{d[\"k\"]}\" + 'x'\n");
   ASSERT_FALSE(ts2.error) << ts2.error->message;
   EXPECT_EQ(kinds(ts2), "NAME:s|OP:=|STRING:f\"{d[\"k\"]}\"|OP:+|STRING:'x'");
+}
+
+TEST(UpgradeTokenizer, BracketsAreMatched) {
+  auto ts = tokenize("f(a[1], {2: (3)})\n");
+  ASSERT_FALSE(ts.error) << ts.error->message;
+  ASSERT_EQ(ts.match.size(), ts.tokens.size());
+  for (std::size_t i = 0; i < ts.tokens.size(); ++i) {
+    const std::string_view t = ts.text(ts.tokens[i]);
+    if (t == "(" || t == "[" || t == "{") {
+      ASSERT_GT(ts.match[i], static_cast<int>(i)) << i;
+      const std::string_view c = ts.text(ts.tokens[static_cast<std::size_t>(ts.match[i])]);
+      EXPECT_EQ(c, t == "(" ? ")" : t == "[" ? "]" : "}");
+      EXPECT_EQ(ts.match[static_cast<std::size_t>(ts.match[i])], static_cast<int>(i));
+    }
+  }
+  // Reusing a TokenizedSource gives the same result as a fresh one.
+  TokenizedSource reused = tokenize("x = 'long string' # c\n(\n");
+  tokenize_into("f(a[1], {2: (3)})\n", reused);
+  EXPECT_FALSE(reused.error);
+  EXPECT_EQ(kinds(reused), kinds(ts));
+  EXPECT_EQ(reused.match, ts.match);
 }
 
 TEST(UpgradeTokenizer, ContinuationsCrlfAndLines) {

@@ -36,8 +36,8 @@ enum class TokKind : std::uint8_t {
   string,     // any string literal incl. prefix; an f-string is one token
   op,         // operators and delimiters, longest match
   newline,    // end of a logical line
-  nl,         // a line end that does not end a logical line (blank line, inside brackets, comment line)
-  comment,    // from '#' to the end of the physical line, without the line end
+  nl,         // (not emitted: line ends that do not end a logical line carry no meaning here)
+  comment,    // from '#' to the end of the physical line, without the line end (in `comments`)
   indent,
   dedent,
   endmarker,
@@ -63,7 +63,9 @@ struct TokenizeError {
 
 struct TokenizedSource {
   std::string_view source;              // the bytes tokenized (not owned)
-  std::vector<Token> tokens;
+  std::vector<Token> tokens;               // code tokens: everything but comments (and NL)
+  std::vector<Token> comments;             // comment tokens, in order
+  std::vector<std::int32_t> match;         // per token: index of the matching bracket, or -1
   std::vector<std::uint32_t> line_starts;  // byte offset of each physical line; line_starts[0] == 0
   std::vector<std::pair<std::uint32_t, std::uint32_t>> fstring_fields;  // expression byte ranges
   std::optional<TokenizeError> error;
@@ -79,6 +81,8 @@ struct TokenizedSource {
 // Tokenizes `source`. Never throws for bad input; see `error`. Sources over 4 GiB are rejected
 // through `error` (offsets are 32-bit to keep tokens at 16 bytes).
 TokenizedSource tokenize(std::string_view source);
+// The same into `out`, reusing its vectors' capacity (one per worker thread saves the allocations).
+void tokenize_into(std::string_view source, TokenizedSource& out);
 
 // The encoding named by a PEP 263 cookie in the first two lines, lower-cased, or "" if none.
 std::string coding_cookie(std::string_view source);
