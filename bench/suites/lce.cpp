@@ -175,7 +175,7 @@ std::vector<BenchTable> run_lce_suite(const BenchOptions& options) {
   std::int64_t n = options.quick ? 2048 : 4096;
   std::vector<std::int64_t> hs = options.quick ? std::vector<std::int64_t>{64} : std::vector<std::int64_t>{1024, 2048};
   std::vector<std::int64_t> vs =
-      options.quick ? std::vector<std::int64_t>{8000, 32000} : std::vector<std::int64_t>{32000, 128256};
+      options.quick ? std::vector<std::int64_t>{4000, 16000} : std::vector<std::int64_t>{32000, 128256};
   std::vector<DType> dtypes = {DType::f32, DType::bf16};
   for (const std::string& a : options.args) {
     const auto value = [&](const char* key) -> const char* {

@@ -46,14 +46,17 @@ template <typename Acc>
 class RowSource {
  public:
   RowSource(const Tensor& t, std::int64_t max_rows)
-      : t_(t), direct_(t.dtype() == dtype_of<Acc> && (t.stride(1) == 1 || t.size(1) <= 1)) {
+      : t_(t),
+        // BLAS needs unit column stride and a row stride >= H (an expanded row with stride 0 is copied).
+        direct_(t.dtype() == dtype_of<Acc> && (t.stride(1) == 1 || t.size(1) <= 1) &&
+                (t.size(0) <= 1 || t.stride(0) >= t.size(1))) {
     if (!direct_ && max_rows > 0) buf_ = Buffer<Acc>(max_rows * std::max<std::int64_t>(t.size(1), 1));
   }
   // Rows [r0, r0 + n) as a row-major block; *ld receives the row stride.
   const Acc* rows(std::int64_t r0, std::int64_t n, std::int64_t* ld) {
     const std::int64_t h = t_.size(1);
     if (direct_) {
-      *ld = std::max<std::int64_t>(t_.stride(0), std::max<std::int64_t>(h, 1));
+      *ld = t_.size(0) <= 1 ? std::max<std::int64_t>(h, 1) : std::max<std::int64_t>(t_.stride(0), 1);
       return t_.data<Acc>() + r0 * t_.stride(0);
     }
     Tensor dst = buf_.tensor.narrow(0, 0, n * h).view({n, h});

@@ -1,6 +1,7 @@
 // bf16 inputs against f32, f32 accumulation of d_weight, the unfused cross-entropy on its own, and
 // the LinearCrossEntropyLoss module (owned and tied weights).
 #include <cmath>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -69,6 +70,33 @@ TEST(LinearCrossEntropyPrecision, Bf16WeightGradientIsSummedInF32AndRoundedOnce)
   for (std::size_t k = 0; k < got.size(); ++k) {
     const float expect = bf16::from_f32(static_cast<float>(double(p[k]) + double(sum32[k]))).to_f32();
     ASSERT_EQ(got[k], expect) << "d_weight[" << k << "]";
+  }
+}
+
+TEST(LinearCrossEntropyLayout, StridedAndExpandedOperandsMatchContiguousOnes) {
+  const std::int64_t n = 9, h = 6, v = 23;
+  for (DType dtype : {DType::f32, DType::f64}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    // hidden as a transposed view, weight as a column slice of a wider matrix, one expanded row.
+    const Tensor hidden_t = random_tensor({h, n}, 51, 1.0, dtype).transpose(0, 1);
+    const Tensor weight_wide = random_tensor({v, h + 3}, 52, 0.5, dtype).narrow(1, 2, h);
+    const Tensor row = random_tensor({1, h}, 53, 1.0, dtype).expand({n, h});
+    const Tensor target = random_targets(n, v, 54, 4);
+    LossOptions o;
+    o.accumulate = dtype;
+    o.label_smoothing = 0.1;
+    o.chunk_size = 5;
+    const Tensor g = Tensor::full({}, 1.0, dtype);
+    for (const Tensor& hidden : {hidden_t, row}) {
+      Tensor dw_strided = Tensor::zeros({h, v}, dtype).transpose(0, 1);  // d_weight as a transposed view
+      Tensor dw_dense = Tensor::zeros({v, h}, dtype);
+      const auto a = linear_cross_entropy_with_grad(hidden, weight_wide, target, o, g, dw_strided, Tensor());
+      const auto b = linear_cross_entropy_with_grad(hidden.contiguous(), weight_wide.contiguous(), target, o, g,
+                                                    dw_dense, Tensor());
+      EXPECT_TRUE(all_close("loss", a.loss, b.loss, 1e-6, 1e-7));
+      EXPECT_TRUE(all_close("d_hidden", a.d_hidden, b.d_hidden, 1e-5, 1e-7));
+      EXPECT_TRUE(all_close("d_weight", dw_strided, dw_dense, 1e-5, 1e-7));
+    }
   }
 }
 
