@@ -183,8 +183,10 @@ void check_file(const Job& job, std::vector<Finding>& out, ScannedFile& scanned)
     PythonContext ctx{"", false};
     found = check_python_cells(nb.code, ctx);
     for (auto& f : found) {
-      f.cell = nb.cell_number[static_cast<std::size_t>(f.cell - 1)];
-      f.fix.reset();  // notebooks are reported, not rewritten
+      const auto index = static_cast<std::size_t>(f.cell - 1);
+      f.cell = nb.cell_number[index];
+      // Edits are into the cell's text; move them onto the .ipynb bytes (or drop them).
+      if (f.fix && !notebook_raw_range(nb, index, f.fix->begin, f.fix->end)) f.fix.reset();
     }
     for (const auto& sl : nb.shell_lines) {
       auto pins = check_pin_line(sl.text, sl.line, sl.col + 1, PinFileKind::shell);

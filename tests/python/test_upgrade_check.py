@@ -143,6 +143,16 @@ def test_fix_compiles_and_changes_only_renamed_names(tmp_path):
                 else:
                     assert a.type == tokenize.NAME and renamed.get(a.string) == b.string, (p.name, a, b)
     assert changed >= 8
+    # The notebook is edited in place: still the same JSON apart from the renamed identifier.
+    nb_before = json.loads(before["notebook.ipynb"])
+    nb_after = json.loads((work / "notebook.ipynb").read_bytes())
+    for cell in nb_before["cells"]:
+        if cell["cell_type"] == "code":
+            fix = lambda line: line.replace("dist.all_gather_into_tensor(", "dist.all_gather_single(")
+            src = cell["source"]
+            cell["source"] = fix(src) if isinstance(src, str) else [fix(line) for line in src]
+    assert nb_after == nb_before
+    assert (work / "notebook.ipynb").read_bytes() != before["notebook.ipynb"]
     # The files that do not compile are left as they were, apart from renames before the error.
     assert (work / "not_utf8.py").read_bytes() == before["not_utf8.py"]
     # A second --fix has nothing left to do.

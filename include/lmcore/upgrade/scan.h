@@ -67,7 +67,7 @@ struct FixReport {
 
 // Applies every finding's edit. With write=true, each changed file is replaced atomically (temp file
 // in the same folder, fsync, rename, keeping the file's mode); with write=false nothing is written
-// and only the diff is produced. Notebook findings carry no edits (reported, not fixed).
+// and only the diff is produced. Notebook edits are on the .ipynb text itself (see notebook.h).
 FixReport apply_fixes(const ScanResult& result, bool write);
 
 // Applies edits (sorted, non-overlapping; duplicates are merged) to `text`.
