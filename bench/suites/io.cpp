@@ -59,35 +59,37 @@ double time_cat(const std::string& path) {
   return time_median([&] { LMCORE_CHECK(std::system(cmd.c_str()) == 0, "bench io: '{}' failed", cmd); }, 5);
 }
 
-// Median seconds of torch.load(path, weights_only=...) over `repeats`, timed inside Python; -1 when
-// torch is not available.
-double time_torch_load(const std::string& path, bool weights_only, int repeats, std::string& error) {
+// Median seconds of torch.load(path, weights_only=True) and of torch.load(path) over `repeats` each,
+// timed inside one /usr/bin/python3 process (one torch import); {-1, -1} and `error` when torch fails.
+std::pair<double, double> time_torch_load(const std::string& path, int repeats, std::string& error) {
   const std::string script =
       "import sys, time, statistics, torch\n"
       "torch.set_num_threads(1)\n"
-      "p, wo, n = sys.argv[1], sys.argv[2] == '1', int(sys.argv[3])\n"
-      "torch.load(p, weights_only=wo)\n"
-      "ts = []\n"
-      "for _ in range(n):\n"
-      "    t = time.perf_counter(); sd = torch.load(p, weights_only=wo); ts.append(time.perf_counter() - t); del sd\n"
-      "print(statistics.median(ts))\n";
-  const std::string cmd = "/usr/bin/python3 -c \"$LMCORE_BENCH_SCRIPT\" '" + path + "' " + (weights_only ? "1" : "0") +
-                          " " + std::to_string(repeats) + " 2>&1";
+      "p, n = sys.argv[1], int(sys.argv[2])\n"
+      "out = []\n"
+      "for wo in (True, False):\n"
+      "    torch.load(p, weights_only=wo)\n"
+      "    ts = []\n"
+      "    for _ in range(n):\n"
+      "        t = time.perf_counter(); sd = torch.load(p, weights_only=wo); ts.append(time.perf_counter() - t); del sd\n"
+      "    out.append(statistics.median(ts))\n"
+      "print(out[0], out[1])\n";
   ::setenv("LMCORE_BENCH_SCRIPT", script.c_str(), 1);
+  const std::string cmd = "/usr/bin/python3 -c \"$LMCORE_BENCH_SCRIPT\" '" + path + "' " + std::to_string(repeats) + " 2>&1";
   FILE* f = ::popen(cmd.c_str(), "r");
   if (!f) {
     error = "popen failed";
-    return -1;
+    return {-1, -1};
   }
   std::string out;
   char buf[512];
   while (std::fgets(buf, sizeof(buf), f)) out += buf;
-  const int rc = ::pclose(f);
-  if (rc != 0) {
+  double wo = -1, def = -1;
+  if (::pclose(f) != 0 || std::sscanf(out.c_str(), "%lf %lf", &wo, &def) != 2) {
     error = out.substr(0, 200);
-    return -1;
+    return {-1, -1};
   }
-  return std::stod(out);
+  return {wo, def};
 }
 
 }  // namespace
@@ -124,7 +126,7 @@ std::vector<BenchTable> run_io_suite(const BenchOptions& options) {
 
   // 2. Timings (warm cache: each file is read once first).
   const double cat_st = time_cat(st_path), cat_pt = time_cat(pt_path);
-  const int reps = options.quick ? 5 : 9;
+  const int reps = options.quick ? 3 : 7;
   std::uint64_t sink = 0;
   const double st_open = time_median([&] { sink += io::load(st_path).tensors.size(); }, reps);
   const double st_first = time_median([&] {
@@ -135,10 +137,9 @@ std::vector<BenchTable> run_io_suite(const BenchOptions& options) {
   const double pt_open = time_median([&] { sink += io::load(pt_path).tensors.size(); }, reps);
   const double pt_all = time_median([&] { sink += checksum(io::load(pt_path).tensors); }, reps);
 
-  std::string err_wo, err_def;
-  const int treps = options.quick ? 3 : 3;
-  const double torch_wo = time_torch_load(pt_path, true, treps, err_wo);
-  const double torch_def = time_torch_load(pt_path, false, treps, err_def);
+  std::string err_wo;
+  const auto [torch_wo, torch_def] = time_torch_load(pt_path, options.quick ? 2 : 3, err_wo);
+  const std::string err_def = err_wo;
   std::filesystem::remove_all(dir);
 
   // 3. Tables.
