@@ -53,6 +53,8 @@ Format detect_format(std::span<const std::byte> bytes);
 
 // One named tensor. `file_offset` is the byte offset in the file where the tensor's first element is
 // stored, or -1 when the tensor does not live in the file as-is (compressed, byte-swapped, legacy).
+// A pickled checkpoint that holds a single tensor gives one entry named "tensor"; a lone .npy file
+// gives one named "array". requires_grad of pickled parameters is not kept.
 struct Entry {
   std::string name;
   Tensor tensor;
@@ -95,6 +97,8 @@ struct LoadOptions {
   // state dict is always returned).
   bool keep_structure = false;
   // Memory-map the file (zero-copy). When false, the whole file is read into memory instead.
+  // (CRC-32s are checked for compressed zip entries and small records, not for stored tensor data,
+  // which would mean reading every byte at load time.)
   bool mmap = true;
   // Largest pickle nesting depth accepted (deeper pickles are refused as hostile).
   int max_depth = 200;
@@ -103,8 +107,8 @@ struct LoadOptions {
 struct LoadResult {
   Format format = Format::unknown;
   StateDict tensors;
-  // safetensors: the __metadata__ map; pickles: non-tensor leaves by dotted name (e.g. "epoch" -> "5")
-  // plus "byteorder"/"version" records of the archive; npy/npz: nothing.
+  // safetensors: the __metadata__ map; pickles: non-tensor leaves by dotted name (e.g. "epoch" -> "5");
+  // npy/npz: nothing.
   std::map<std::string, std::string> metadata;
   Node tree;  // only with keep_structure and a pickled format
 };
