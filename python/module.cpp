@@ -8,6 +8,7 @@ namespace py = pybind11;
 
 namespace lmcore::python {
 void bind_core(py::module_& m);
+void bind_dist(py::module_& m);
 void bind_attention(py::module_& m);
 void bind_io(py::module_& m);
 void bind_loss(py::module_& m);
@@ -26,6 +27,7 @@ PYBIND11_MODULE(lmcore, m) {
     }
   });
   lmcore::python::bind_core(m);
+  lmcore::python::bind_dist(m);
   lmcore::python::bind_attention(m);
   lmcore::python::bind_io(m);
   lmcore::python::bind_loss(m);

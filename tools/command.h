@@ -17,6 +17,8 @@ const std::vector<Command>& all_commands();
 
 int run_info(int argc, char** argv);
 int run_bench(int argc, char** argv);
+int run_launch(int argc, char** argv);
+int run_trace(int argc, char** argv);
 int run_upgrade_check(int argc, char** argv);
 int run_inspect(int argc, char** argv);
 int run_convert(int argc, char** argv);

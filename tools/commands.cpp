@@ -6,6 +6,8 @@ const std::vector<Command>& all_commands() {
   static const std::vector<Command> commands = {
       {"info", "version, compiler, SIMD target, BLAS and thread counts, parts built", run_info},
       {"bench", "benchmark tables: lmcore bench [--quick] [--json] [SUITE...]", run_bench},
+      {"launch", "run N ranks of a command: lmcore launch --nproc N [--store URL] -- CMD ARGS", run_launch},
+      {"trace", "compare flight-recorder dumps: lmcore trace DUMP...", run_trace},
       {"upgrade-check", "PyTorch 2.13 removals/renames and CUDA < 13 in Python code: lmcore upgrade-check [--fix] PATH",
        run_upgrade_check},
       {"inspect", "checkpoint format, tensors and metadata: lmcore inspect FILE [--json]", run_inspect},

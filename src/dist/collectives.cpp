@@ -101,9 +101,9 @@ void ring_reduce_scatter(Exec& ex, std::byte* src, std::byte* out, const std::ve
   }
   // Two receive buffers and two partial-sum buffers, alternating by step parity. Declared before the
   // Gloo buffers so that those are destroyed (and deregistered) first.
-  std::vector<std::byte> scratch(4 * max_len + 1);
-  std::byte* tmp_mem[2] = {scratch.data(), scratch.data() + max_len};
-  std::byte* acc_mem[2] = {scratch.data() + 2 * max_len, scratch.data() + 3 * max_len};
+  std::unique_ptr<std::byte[]> scratch(new std::byte[4 * max_len + 1]);  // uninitialised: all written first
+  std::byte* tmp_mem[2] = {scratch.get(), scratch.get() + max_len};
+  std::byte* acc_mem[2] = {scratch.get() + 2 * max_len, scratch.get() + 3 * max_len};
   Exec::Buffer in_buf(ex, src, total);
   Exec::Buffer tmp0(ex, tmp_mem[0], max_len), tmp1(ex, tmp_mem[1], max_len);
   Exec::Buffer acc0(ex, acc_mem[0], max_len), acc1(ex, acc_mem[1], max_len);

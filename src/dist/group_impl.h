@@ -98,7 +98,7 @@ struct GroupImpl : std::enable_shared_from_this<GroupImpl> {
   std::condition_variable queue_cv;
   std::deque<std::shared_ptr<WorkState>> queue;
   bool stopping = false;
-  bool inline_running = false;  // reserved: a blocking call running on the caller's thread
+  bool inline_running = false;  // a blocking call is running on its caller's thread
   bool worker_running = false;
   std::thread worker;
   struct P2PThread {

@@ -553,8 +553,20 @@ std::string ProcessGroup::trace_json() const {
 
 std::string ProcessGroup::dump_trace(const std::string& path) const { return impl_->trace_dump("request", path); }
 
+namespace {
+// Set by the blocking wrappers around the async calls: the call may run on the caller's thread.
+thread_local bool tl_blocking_call = false;
+struct BlockingScope {
+  BlockingScope() { tl_blocking_call = true; }
+  ~BlockingScope() { tl_blocking_call = false; }
+};
+}  // namespace
+
 Work ProcessGroup::enqueue(std::shared_ptr<detail::WorkState> state) {
   detail::GroupImpl& g = *impl_;
+  const bool blocking = tl_blocking_call;
+  tl_blocking_call = false;
+  bool run_here = false;
   detail::OpDesc& op = state->op;
   const auto timeout = op.timeout.count() > 0 ? op.timeout : std::chrono::milliseconds(g.timeout_ms.load());
   op.timeout = timeout;
@@ -595,9 +607,17 @@ Work ProcessGroup::enqueue(std::shared_ptr<detail::WorkState> state) {
       // make progress, and Gloo only moves a send's data once the peer has posted the receive.
       g.prune_p2p_threads_locked();
       g.p2p_threads.push_back({state, std::thread([impl = impl_, state] { impl->execute(*state); })});
+    } else if (blocking && g.queue.empty() && !g.worker_running && !g.inline_running) {
+      run_here = true;  // nothing ahead of it: skip the hand-off to the worker (two thread wake-ups)
+      g.inline_running = true;
     } else {
       g.queue.push_back(state);
     }
+  }
+  if (run_here) {
+    g.execute(*state);
+    std::lock_guard<std::mutex> lock(g.queue_mu);
+    g.inline_running = false;
   }
   g.queue_cv.notify_all();
   Work w;
@@ -656,20 +676,28 @@ Work ProcessGroup::recv_async(Tensor tensor, int src, const CallOptions& options
   return enqueue(std::move(s));
 }
 
-void ProcessGroup::all_reduce(Tensor& tensor, const ReduceOptions& options) { all_reduce_async(tensor, options).wait(); }
+void ProcessGroup::all_reduce(Tensor& tensor, const ReduceOptions& options) {
+  BlockingScope scope;
+  all_reduce_async(tensor, options).wait(); }
 void ProcessGroup::broadcast(Tensor& tensor, int root, const CallOptions& options) {
+  BlockingScope scope;
   broadcast_async(tensor, root, options).wait();
 }
 void ProcessGroup::all_gather_single(Tensor& output, const Tensor& input, const CallOptions& options) {
+  BlockingScope scope;
   all_gather_single_async(output, input, options).wait();
 }
 void ProcessGroup::reduce_scatter_single(Tensor& output, const Tensor& input, const ReduceOptions& options) {
+  BlockingScope scope;
   reduce_scatter_single_async(output, input, options).wait();
 }
 void ProcessGroup::all_to_all_single(Tensor& output, const Tensor& input, const CallOptions& options) {
+  BlockingScope scope;
   all_to_all_single_async(output, input, options).wait();
 }
-void ProcessGroup::barrier(const CallOptions& options) { barrier_async(options).wait(); }
+void ProcessGroup::barrier(const CallOptions& options) {
+  BlockingScope scope;
+  barrier_async(options).wait(); }
 void ProcessGroup::send(const Tensor& tensor, int dst, const CallOptions& options) {
   send_async(tensor, dst, options).wait();
 }

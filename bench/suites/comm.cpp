@@ -1,0 +1,216 @@
+// lmcore bench comm — bus bandwidth of lmcore's collectives beside raw Gloo, with 2 and 4 ranks on
+// loopback (spawned processes: this program re-executed with LMCORE_BENCH_COMM_WORKER set).
+//
+// Definitions as in nccl-tests, with S the size of the full buffer (all_reduce: the buffer;
+// all_gather: the output; reduce_scatter: the input) and t the time of one call:
+//   algbw = S / t;   busbw = algbw * 2(n-1)/n (all_reduce), algbw * (n-1)/n (all_gather, reduce_scatter)
+// Rows: lmcore all_gather_single, reduce_scatter_single and all_reduce; raw gloo::allgather and
+// gloo::allreduce (ring) on the same connections; and the reduce-scatter PyTorch's Gloo backend does
+// (gloo::allreduce of the whole input, then a copy of this rank's slice), rated as a reduce-scatter.
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/context.h>
+#include <gloo/math.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "bench/suites/bench_suite.h"
+#include "lmcore/dist/process_group.h"
+
+namespace lmcore::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const char* kVariants[] = {"all_gather_single", "gloo allgather",          "reduce_scatter_single",
+                           "allreduce+slice",   "all_reduce",              "gloo allreduce"};
+
+double bus_factor(const std::string& v, int n) {
+  const double f = static_cast<double>(n - 1) / n;
+  return (v == "all_reduce" || v == "gloo allreduce") ? 2 * f : f;
+}
+
+std::vector<std::int64_t> sizes_for(bool quick) {
+  if (quick) return {64 << 10, 4 << 20};
+  std::vector<std::int64_t> s;
+  for (std::int64_t b = 4 << 10; b <= (256ll << 20); b *= 4) s.push_back(b);
+  return s;
+}
+
+// Runs in each spawned rank; rank 0 writes "variant size seconds" lines to `result`.
+void worker(int rank, int world, const std::string& store, const std::string& result, bool quick) {
+  dist::GroupOptions o;
+  o.rank = rank;
+  o.world_size = world;
+  o.store_url = store;
+  o.timeout = std::chrono::seconds(120);
+  dist::ProcessGroup pg(o);
+  std::shared_ptr<gloo::Context> ctx(static_cast<gloo::Context*>(pg.gloo_context()), [](gloo::Context*) {});
+  std::ostringstream out;
+  std::uint32_t tag = 1;
+  for (std::int64_t bytes : sizes_for(quick)) {
+    const std::int64_t total = bytes / 4;      // f32 elements of the full buffer
+    const std::int64_t shard = total / world;  // per-rank block
+    Tensor full = Tensor::full({total}, 1.0, DType::f32);
+    Tensor part = Tensor::full({shard}, 1.0, DType::f32);
+    Tensor gathered = Tensor::empty({shard * world}, DType::f32);
+    std::vector<float> scratch(static_cast<std::size_t>(total));
+    const int iters = quick ? 3 : static_cast<int>(std::clamp<std::int64_t>((64ll << 20) / bytes, 3, 40));
+    for (const char* v : kVariants) {
+      const std::string name = v;
+      auto once = [&] {
+        if (name == "all_gather_single") {
+          pg.all_gather_single(gathered, part);
+        } else if (name == "gloo allgather") {
+          gloo::AllgatherOptions go(ctx);
+          go.setInput(part.data<float>(), static_cast<std::size_t>(shard));
+          go.setOutput(gathered.data<float>(), static_cast<std::size_t>(shard * world));
+          go.setTag(tag++);
+          gloo::allgather(go);
+        } else if (name == "reduce_scatter_single") {
+          pg.reduce_scatter_single(part, full);
+        } else if (name == "allreduce+slice") {
+          std::memcpy(scratch.data(), full.data<float>(), static_cast<std::size_t>(bytes));
+          gloo::AllreduceOptions ao(ctx);
+          ao.setOutput(scratch.data(), scratch.size());
+          ao.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+          ao.setTag(tag++);
+          gloo::allreduce(ao);
+          std::memcpy(part.data<float>(), scratch.data() + rank * shard, static_cast<std::size_t>(shard) * 4);
+        } else if (name == "all_reduce") {
+          pg.all_reduce(full);
+        } else {
+          gloo::AllreduceOptions ao(ctx);
+          ao.setOutput(full.data<float>(), static_cast<std::size_t>(total));
+          ao.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+          ao.setTag(tag++);
+          gloo::allreduce(ao);
+        }
+      };
+      once();  // warm-up
+      pg.barrier();
+      const auto t0 = Clock::now();
+      for (int i = 0; i < iters; ++i) once();
+      const double s = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
+      // The slowest rank defines the time of a collective.
+      Tensor ts = Tensor::full({1}, s, DType::f64);
+      pg.all_reduce(ts, dist::ReduceOptions{dist::ReduceOp::max, 1.0, std::chrono::milliseconds(0)});
+      out << name << "\t" << bytes << "\t" << ts.data<double>()[0] << "\n";
+      // Keep the values bounded (sums of ones grow every call).
+      full.fill_(1.0);
+      part.fill_(1.0);
+    }
+  }
+  if (rank == 0) {
+    std::ofstream f(result);
+    f << out.str();
+  }
+}
+
+// Spawns `world` ranks of this program in worker mode and reads rank 0's results.
+std::map<std::pair<std::string, std::int64_t>, double> run_world(int world, bool quick) {
+  char tmpl[] = "/tmp/lmcore-bench-comm-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) fail("bench comm: mkdtemp failed: {}", std::strerror(errno));
+  const std::string dir = tmpl;
+  const std::string store = "file://" + dir + "/store", result = dir + "/result.tsv";
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      const std::string spec = fmt::format("{} {} {} {} {}", r, world, store, result, quick ? 1 : 0);
+      setenv("LMCORE_BENCH_COMM_WORKER", spec.c_str(), 1);
+      execl("/proc/self/exe", "lmcore", "bench", "comm", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  bool ok = true;
+  for (pid_t p : pids) {
+    int st = 0;
+    waitpid(p, &st, 0);
+    ok = ok && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  }
+  std::map<std::pair<std::string, std::int64_t>, double> times;
+  std::ifstream in(result);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string name, b, s;
+    std::getline(ls, name, '\t');
+    std::getline(ls, b, '\t');
+    std::getline(ls, s, '\t');
+    times[{name, std::stoll(b)}] = std::stod(s);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  LMCORE_CHECK(ok && !times.empty(), "bench comm: a rank of the {}-rank run failed", world);
+  return times;
+}
+
+std::string size_text(std::int64_t b) {
+  if (b >= (1 << 20)) return fmt::format("{} MiB", b >> 20);
+  return fmt::format("{} KiB", b >> 10);
+}
+
+}  // namespace
+
+std::vector<BenchTable> run_comm_suite(const BenchOptions& options) {
+  if (const char* spec = std::getenv("LMCORE_BENCH_COMM_WORKER")) {
+    std::istringstream ss(spec);
+    int rank = 0, world = 0, quick = 0;
+    std::string store, result;
+    ss >> rank >> world >> store >> result >> quick;
+    try {
+      worker(rank, world, store, result, quick != 0);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "bench comm worker %d: %s\n", rank, e.what());
+      std::fflush(stderr);
+      _exit(1);
+    }
+    std::fflush(stdout);
+    _exit(0);
+  }
+  std::vector<BenchTable> tables;
+  const std::vector<int> worlds = options.quick ? std::vector<int>{2} : std::vector<int>{2, 4};
+  BenchTable ratios{"comm: ratios of bus bandwidth",
+                    {"ranks", "size", "all_gather_single / gloo allgather", "reduce_scatter_single / allreduce+slice",
+                     "all_reduce / gloo allreduce"},
+                    {},
+                    {"targets: all_gather_single >= 0.90 x gloo allgather; reduce_scatter_single >= 1.6 x "
+                     "allreduce+slice at 64 MiB"}};
+  for (int n : worlds) {
+    const auto times = run_world(n, options.quick);
+    BenchTable t{fmt::format("comm: {} ranks on loopback, f32, bus bandwidth (nccl-tests definitions)", n),
+                 {"size", "variant", "time ms", "algbw GB/s", "busbw GB/s"},
+                 {},
+                 {}};
+    for (std::int64_t b : sizes_for(options.quick)) {
+      std::map<std::string, double> bus;
+      for (const char* v : kVariants) {
+        auto it = times.find({v, b});
+        if (it == times.end()) continue;
+        const double s = it->second, alg = static_cast<double>(b) / s / 1e9;
+        bus[v] = alg * bus_factor(v, n);
+        t.rows.push_back({size_text(b), v, s * 1e3, alg, bus[v]});
+      }
+      ratios.rows.push_back({n, size_text(b), bus["all_gather_single"] / bus["gloo allgather"],
+                             bus["reduce_scatter_single"] / bus["allreduce+slice"],
+                             bus["all_reduce"] / bus["gloo allreduce"]});
+    }
+    t.notes.push_back("each time is the slowest rank's mean over the iterations, after one warm-up call");
+    tables.push_back(std::move(t));
+  }
+  tables.push_back(std::move(ratios));
+  return tables;
+}
+
+}  // namespace lmcore::bench
