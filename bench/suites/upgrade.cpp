@@ -3,7 +3,7 @@
 // copies of its .py files in a temp folder), beside `grep -rnE` for the same names in the same run.
 // Both are run as child processes with output to /dev/null, page cache warm (one untimed run
 // first), and timed as the median of 3 runs; CPU is user+sys of the child. --quick: the torch tree
-// only.
+// only, one timed run each.
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -70,7 +70,7 @@ std::size_t copy_py_tree(const fs::path& from, const fs::path& to) {
 
 std::vector<BenchTable> run_upgrade_suite(const BenchOptions& options) {
   const fs::path tree = options.args.empty() ? fs::path("/usr/lib/python3/dist-packages/torch") : fs::path(options.args[0]);
-  BenchTable table{"upgrade: upgrade-check vs grep -rnE (same names), wall and CPU, median of 3",
+  BenchTable table{"upgrade: upgrade-check vs grep -rnE (same names), wall and CPU (median of 3; --quick: 1 run)",
                    {"tree", ".py files", "MB", "lmcore s", "grep s", "wall ratio", "lmcore cpu s", "grep cpu s",
                     "in-process s", "findings"},
                    {},
@@ -81,7 +81,7 @@ std::vector<BenchTable> run_upgrade_suite(const BenchOptions& options) {
   }
   std::error_code ec;
   const std::string self = fs::read_symlink("/proc/self/exe", ec).string();
-  const int repeats = 3;
+  const int repeats = options.quick ? 1 : 3;  // --quick stays within a few seconds
 
   auto measure = [&](const std::string& label, const fs::path& root) {
     std::size_t files = 0, bytes = 0;
