@@ -136,6 +136,9 @@ GroupOptions resolve_options(GroupOptions o, bool need_rank) {
     o.timeout = std::chrono::milliseconds(t);
   }
   LMCORE_CHECK(o.timeout.count() > 0, "ProcessGroup: timeout must be positive, found {} ms", o.timeout.count());
+  if (const int t = env_int("LMCORE_DIST_CONNECT_TIMEOUT_MS", 0); t > 0) o.connect_timeout = std::chrono::milliseconds(t);
+  LMCORE_CHECK(o.connect_timeout.count() > 0, "ProcessGroup: connect_timeout must be positive, found {} ms",
+               o.connect_timeout.count());
   if (const int n = env_int("LMCORE_DIST_TRACE_SIZE", 0); n > 0) o.trace_size = n;
   if (o.trace_dir.empty()) o.trace_dir = env_str("LMCORE_DIST_TRACE_DIR");
   if (o.trace_dir.empty()) {
@@ -186,15 +189,15 @@ std::shared_ptr<GroupImpl> make_group(const GroupOptions& o, std::shared_ptr<Sto
   const auto t0 = Clock::now();
   if (size > 1) {
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
-    ctx->setTimeout(o.timeout);
-    GlooStore store(prefix_store(g->group_store, fmt::format("g{}/mesh/", generation)), o.timeout);
+    ctx->setTimeout(o.connect_timeout);  // collectives pass their own deadlines to every wait
+    GlooStore store(prefix_store(g->group_store, fmt::format("g{}/mesh/", generation)), o.connect_timeout);
     try {
       ctx->connectFullMesh(store, device);
     } catch (const std::exception& e) {
       throw DistError(DistErrorKind::timeout, "rendezvous", -1, {},
                       fmt::format("ProcessGroup '{}' generation {}: rank {} of {} could not connect to its peers "
                                   "within {} ms: {}",
-                                  o.name, generation, rank, size, o.timeout.count(), e.what()));
+                                  o.name, generation, rank, size, o.connect_timeout.count(), e.what()));
     }
     g->context = ctx;
   } else {

@@ -85,6 +85,9 @@ struct GroupOptions {
   std::string store_url;    // empty: LMCORE_STORE
   std::string name = "pg";  // key prefix: several groups can share one store
   std::chrono::milliseconds timeout{30000};  // default per-call timeout (LMCORE_DIST_TIMEOUT_MS)
+  // How long rendezvous (construction, shrink, reconfigure, join) waits for the peers to connect
+  // (LMCORE_DIST_CONNECT_TIMEOUT_MS): ranks of one job start seconds apart.
+  std::chrono::milliseconds connect_timeout{120000};
   // Address Gloo listens on. Empty: LMCORE_DIST_HOST, else 127.0.0.1 for a file store, else the
   // local address that routes to the Redis host.
   std::string host;
