@@ -56,7 +56,9 @@ bool is_python_keyword(std::string_view w) {
 
 std::uint32_t TokenizedSource::column_of(std::uint32_t line, std::uint32_t offset) const {
   if (line == 0 || line > line_starts.size()) return 1;
-  const std::uint32_t start = line_starts[line - 1];
+  std::uint32_t start = line_starts[line - 1];
+  // A UTF-8 BOM is not a character of line 1 (Python's tokenize drops it too).
+  if (line == 1 && source.size() >= 3 && source.substr(0, 3) == "\xEF\xBB\xBF") start = 3;
   if (offset < start) return 1;
   if (!utf8) return offset - start + 1;
   std::uint32_t chars = 0;

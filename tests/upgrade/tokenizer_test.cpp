@@ -164,6 +164,14 @@ TEST(UpgradeTokenizer, CodingCookies) {
   EXPECT_TRUE(bad.error->encoding);
 }
 
+TEST(UpgradeTokenizer, ByteOrderMarkIsNotAColumn) {
+  auto ts = tokenize("\xEF\xBB\xBFx.names\r\n");
+  ASSERT_FALSE(ts.error) << ts.error->message;
+  EXPECT_EQ(ts.text(ts.tokens[0]), "x");
+  EXPECT_EQ(ts.column_of(1, ts.tokens[0].begin), 1u);
+  EXPECT_EQ(ts.column_of(1, ts.tokens[2].begin), 3u);
+}
+
 TEST(UpgradeTokenizer, Utf8Validation) {
   EXPECT_EQ(find_invalid_utf8("plain ascii"), std::string_view::npos);
   EXPECT_EQ(find_invalid_utf8("caf\xc3\xa9"), std::string_view::npos);
