@@ -184,7 +184,7 @@ std::chrono::milliseconds Exec::remaining() const {
 }
 
 void Exec::check_abort() const {
-  if (g_.aborted.load()) throw AbortedSignal{};
+  if (g_.aborted.load() || g_.peer_failed.load()) throw AbortedSignal{};
 }
 
 // ---- header exchange ----

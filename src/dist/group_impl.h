@@ -109,6 +109,11 @@ struct GroupImpl : std::enable_shared_from_this<GroupImpl> {
 
   std::atomic<bool> aborted{false};
   std::atomic<bool> broken{false};
+  // Set by the watcher when another rank reported a failure of this generation through the store
+  // ("g<gen>/failed"): a rank whose own peers are still connected would otherwise wait out its
+  // whole timeout.
+  std::atomic<bool> peer_failed{false};
+  std::thread watcher;
   std::string broken_reason;  // guarded by queue_mu
 
   // Buffers a collective is waiting on, so abort() can release the waits.
@@ -123,6 +128,8 @@ struct GroupImpl : std::enable_shared_from_this<GroupImpl> {
   void start_worker();
   void stop_worker();
   void prune_p2p_threads_locked();  // joins finished send/recv threads
+  void watcher_loop();
+  void release_waits();  // wakes every wait on an active buffer (they return "aborted")
   void worker_loop();
   void execute(WorkState& work);
   void abort_now(const std::string& why);

@@ -216,6 +216,42 @@ GroupImpl::~GroupImpl() { stop_worker(); }
 
 void GroupImpl::start_worker() {
   worker = std::thread([this] { worker_loop(); });
+  if (size > 1) watcher = std::thread([this] { watcher_loop(); });
+}
+
+void GroupImpl::release_waits() {
+  std::lock_guard<std::mutex> lock(active_mu);
+  for (auto* b : active) {
+    b->abortWaitRecv();
+    b->abortWaitSend();
+  }
+}
+
+void GroupImpl::watcher_loop() {
+  const std::string key = fmt::format("g{}/failed", generation);
+  std::unique_lock<std::mutex> lock(queue_mu);
+  while (!stopping) {
+    queue_cv.wait_for(lock, std::chrono::milliseconds(50));
+    if (stopping || peer_failed.load()) continue;
+    bool busy;
+    {
+      std::lock_guard<std::mutex> a(active_mu);
+      busy = !active.empty();
+    }
+    if (!busy) continue;
+    lock.unlock();
+    bool failed = false;
+    try {
+      failed = group_store->check({key});
+    } catch (const std::exception&) {
+      // an unreachable store is not a peer failure; the call's own deadline still bounds it
+    }
+    if (failed) {
+      peer_failed = true;
+      release_waits();
+    }
+    lock.lock();
+  }
 }
 
 void GroupImpl::stop_worker() {
@@ -227,6 +263,7 @@ void GroupImpl::stop_worker() {
   }
   queue_cv.notify_all();
   if (worker.joinable() && worker.get_id() != std::this_thread::get_id()) worker.join();
+  if (watcher.joinable() && watcher.get_id() != std::this_thread::get_id()) watcher.join();
   for (auto& t : p2p) {
     if (t.thread.get_id() == std::this_thread::get_id()) {
       t.thread.detach();  // the last owner is this very thread: it ends right after
@@ -420,7 +457,19 @@ void GroupImpl::execute(WorkState& w) {
              : Clock::now() + std::chrono::milliseconds(5) >= op.deadline ? DistErrorKind::timeout
                                                                          : DistErrorKind::peer_failure;
     }
-    if (aborted.load()) kind = DistErrorKind::aborted;
+    if (aborted.load()) {
+      kind = DistErrorKind::aborted;
+    } else if (peer_failed.load() && kind == DistErrorKind::aborted) {
+      kind = DistErrorKind::peer_failure;
+      cause = "another rank reported a failure of this generation through the store";
+    }
+    if (kind != DistErrorKind::aborted) {
+      // Tell the ranks whose own connections still look fine (see watcher_loop).
+      try {
+        group_store->set(fmt::format("g{}/failed", generation), std::to_string(rank));
+      } catch (const std::exception&) {
+      }
+    }
     mark_broken(kind == DistErrorKind::aborted ? "aborted" : std::string(name) + " failed");
     std::string msg;
     std::vector<int> missing;
