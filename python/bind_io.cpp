@@ -19,12 +19,12 @@ py::object node_to_python(const io::Node& n) {
     case io::Node::Kind::scalar: return py::str(n.text);
     case io::Node::Kind::list: {
       py::list l;
-      for (const auto& [k, v] : n.items) l.append(node_to_python(v));
+      for (const auto& v : n.children) l.append(node_to_python(v));
       return l;
     }
     case io::Node::Kind::dict: {
       py::dict d;
-      for (const auto& [k, v] : n.items) d[py::str(k)] = node_to_python(v);
+      for (std::size_t i = 0; i < n.children.size(); ++i) d[py::str(n.keys[i])] = node_to_python(n.children[i]);
       return d;
     }
   }

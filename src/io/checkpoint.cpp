@@ -209,8 +209,8 @@ struct Walker {
           const std::string key = key_text(v.items[k]);
           Node* child = nullptr;
           if (node) {
-            node->items.emplace_back(key, Node{});
-            child = &node->items.back().second;
+            node->keys.push_back(key);
+            child = &node->children.emplace_back();
           }
           walk(v.items[k + 1], join(path, key), depth + 1, child);
         }
@@ -222,8 +222,8 @@ struct Walker {
         for (std::size_t k = 0; k < v.items.size(); ++k) {
           Node* child = nullptr;
           if (node) {
-            node->items.emplace_back(std::to_string(k), Node{});
-            child = &node->items.back().second;
+            node->keys.push_back(std::to_string(k));
+            child = &node->children.emplace_back();
           }
           walk(v.items[k], join(path, std::to_string(k)), depth + 1, child);
         }

@@ -172,10 +172,10 @@ TEST(TorchZip, KeepStructureAndMetadata) {
   EXPECT_TRUE(r.tensors.contains("model.w"));
   EXPECT_EQ(r.metadata.at("epoch"), "7");
   ASSERT_EQ(r.tree.kind, Node::Kind::dict);
-  EXPECT_EQ(r.tree.items[0].first, "model");
-  EXPECT_EQ(r.tree.items[0].second.items[0].first, "w");
-  EXPECT_EQ(r.tree.items[0].second.items[0].second.kind, Node::Kind::tensor);
-  EXPECT_EQ(r.tree.items[1].second.text, "7");
+  EXPECT_EQ(r.tree.keys[0], "model");
+  EXPECT_EQ(r.tree.children[0].keys[0], "w");
+  EXPECT_EQ(r.tree.children[0].children[0].kind, Node::Kind::tensor);
+  EXPECT_EQ(r.tree.children[1].text, "7");
 }
 
 TEST(TorchZipHostile, MaliciousPickleInsideArchive) {

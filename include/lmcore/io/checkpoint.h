@@ -89,7 +89,10 @@ struct Node {
   Kind kind = Kind::scalar;
   Tensor tensor;                                     // kind == tensor
   std::string text;                                  // kind == scalar: repr-like text, e.g. "5", "'adam'"
-  std::vector<std::pair<std::string, Node>> items;   // dict: (key, value); list: ("0", v), ("1", v)...
+  // dict: keys in order; list: "0", "1", ... children[i] is the value under keys[i]. (Two vectors, not
+  // a vector of pairs: std::pair needs a complete Node, and clang's libstdc++ use enforces that.)
+  std::vector<std::string> keys;
+  std::vector<Node> children;
 };
 
 struct LoadOptions {
