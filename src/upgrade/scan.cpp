@@ -281,8 +281,6 @@ ScanResult scan(const ScanOptions& options) {
   const int threads = std::max(1, std::min<int>(options.threads > 0 ? options.threads : num_threads(),
                                                 static_cast<int>(std::max<std::size_t>(1, jobs.size()))));
   std::atomic<std::size_t> next{0};
-  std::mutex error_mutex;
-  std::string first_error;
   auto worker = [&] {
     while (true) {
       const std::size_t k = next.fetch_add(1);
