@@ -39,6 +39,9 @@ BlasSingleThreaded::~BlasSingleThreaded() {
 
 namespace {
 
+// Widest key span of one forward sgemm tile (see flex_forward_f32).
+constexpr std::int64_t kSpanColumns = 512;
+
 // One entry of a row's merged block list.
 struct BlockRef {
   std::int32_t index;
@@ -88,12 +91,18 @@ void flex_forward_f32(const AttentionShape& sh, const BlockMask& bm, const Score
     return cost[static_cast<std::size_t>(a)] > cost[static_cast<std::size_t>(b)];
   });
 
+  // Consecutive listed key blocks are taken together as one span of up to kSpanColumns keys: one
+  // wider sgemm per span instead of one per block (OpenBLAS repacks Q on every call and a 128-wide
+  // tile is below its efficient size), and one online-softmax rescale of the accumulator per span.
+  const std::int64_t span_blocks = std::max<std::int64_t>(1, kSpanColumns / kb);
+  const std::int64_t ld = span_blocks * kb;
+
   BlasSingleThreaded blas_guard;
   std::atomic<std::int64_t> next{0};
   const std::int64_t workers = std::min<std::int64_t>(num_threads(), std::max<std::int64_t>(items, 1));
   parallel_for(0, workers, 1, [&](std::int64_t, std::int64_t) {
-    std::vector<float> s(static_cast<std::size_t>(qb * kb));
-    std::vector<std::uint8_t> mtile(static_cast<std::size_t>(qb * kb));
+    std::vector<float> s(static_cast<std::size_t>(qb * ld));
+    std::vector<std::uint8_t> mtile(static_cast<std::size_t>(qb * ld));
     std::vector<float> acc(static_cast<std::size_t>(qb * Dv));
     std::vector<float> m(static_cast<std::size_t>(qb)), l(static_cast<std::size_t>(qb));
     std::vector<BlockRef> blocks;
@@ -109,17 +118,24 @@ void flex_forward_f32(const AttentionShape& sh, const BlockMask& bm, const Score
       std::fill_n(m.begin(), nq, ninf);
       std::fill_n(l.begin(), nq, 0.0f);
       std::fill_n(acc.begin(), nq * Dv, 0.0f);
-      for (const BlockRef& blk : blocks) {
-        const std::int64_t k0 = blk.index * kb, nk = std::min(kb, S - k0);
-        // s [nq, nk] (row stride kb) = scale * Q K^T
-        gemm_f32(false, true, nq, nk, D, sh.scale, Q, D, K + k0 * D, D, 0.0f, s.data(), kb);
-        if (!score_mod.is_identity()) score_mod.apply_tile(b, h, q0, nq, k0, nk, s.data(), kb, nullptr);
-        if (!blk.full) {
-          bm.mask.fill(b, h, q0, nq, k0, nk, mtile.data(), kb);
-          for (std::int64_t i = 0; i < nq; ++i) row_apply_mask(s.data() + i * kb, mtile.data() + i * kb, nk);
+      for (std::size_t first = 0; first < blocks.size();) {
+        std::size_t end = first + 1;
+        while (end < blocks.size() && static_cast<std::int64_t>(end - first) < span_blocks &&
+               blocks[end].index == blocks[end - 1].index + 1)
+          ++end;
+        const std::int64_t k0 = blocks[first].index * kb;
+        const std::int64_t nk = std::min(S, (blocks[end - 1].index + 1) * kb) - k0;
+        // s [nq, nk] (row stride ld) = scale * Q K^T
+        gemm_f32(false, true, nq, nk, D, sh.scale, Q, D, K + k0 * D, D, 0.0f, s.data(), ld);
+        if (!score_mod.is_identity()) score_mod.apply_tile(b, h, q0, nq, k0, nk, s.data(), ld, nullptr);
+        for (std::size_t x = first; x < end; ++x) {
+          if (blocks[x].full) continue;
+          const std::int64_t c0 = blocks[x].index * kb - k0, nc = std::min(kb, nk - c0);
+          bm.mask.fill(b, h, q0, nq, k0 + c0, nc, mtile.data() + c0, ld);
+          for (std::int64_t i = 0; i < nq; ++i) row_apply_mask(s.data() + i * ld + c0, mtile.data() + i * ld + c0, nc);
         }
         for (std::int64_t i = 0; i < nq; ++i) {
-          float* row = s.data() + i * kb;
+          float* row = s.data() + i * ld;
           const float m_new = std::max(m[i], row_max(row, nk));
           if (m_new == ninf) {
             // Nothing allowed in this row so far: P is zero.
@@ -129,13 +145,11 @@ void flex_forward_f32(const AttentionShape& sh, const BlockMask& bm, const Score
           const float alpha = m[i] == ninf ? 0.0f : std::exp(m[i] - m_new);
           l[i] = l[i] * alpha + row_exp_sum(row, nk, m_new);
           m[i] = m_new;
-          if (alpha != 1.0f) {
-            float* o = acc.data() + i * Dv;
-            for (std::int64_t j = 0; j < Dv; ++j) o[j] *= alpha;
-          }
+          if (alpha != 1.0f) row_scale(acc.data() + i * Dv, Dv, alpha);
         }
         // acc [nq, Dv] += P V
-        gemm_f32(false, false, nq, Dv, nk, 1.0f, s.data(), kb, V + k0 * Dv, Dv, 1.0f, acc.data(), Dv);
+        gemm_f32(false, false, nq, Dv, nk, 1.0f, s.data(), ld, V + k0 * Dv, Dv, 1.0f, acc.data(), Dv);
+        first = end;
       }
       float* O = out + (bh * L + q0) * Dv;
       float* LSE = lse + bh * L + q0;

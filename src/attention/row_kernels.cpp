@@ -72,6 +72,29 @@ void RowSoftmaxGrad(float* ds, const float* p, const float* dp, std::int64_t n, 
   for (; j < n; ++j) ds[j] = p[j] * (dp[j] - delta);
 }
 
+void RowScale(float* HWY_RESTRICT x, std::int64_t n, float a) {
+  const hn::ScalableTag<float> d;
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d));
+  const auto va = hn::Set(d, a);
+  std::int64_t j = 0;
+  for (; j + N <= n; j += N) hn::StoreU(hn::Mul(hn::LoadU(d, x + j), va), d, x + j);
+  for (; j < n; ++j) x[j] *= a;
+}
+
+void RowApplyMask(float* HWY_RESTRICT x, const std::uint8_t* HWY_RESTRICT mask, std::int64_t n) {
+  const hn::ScalableTag<float> d;
+  const hn::Rebind<std::uint8_t, decltype(d)> d8;
+  const hn::Rebind<std::int32_t, decltype(d)> di;
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d));
+  const auto ninf = hn::Set(d, -std::numeric_limits<float>::infinity());
+  std::int64_t j = 0;
+  for (; j + N <= n; j += N) {
+    const auto keep = hn::RebindMask(d, hn::Ne(hn::PromoteTo(di, hn::LoadU(d8, mask + j)), hn::Zero(di)));
+    hn::StoreU(hn::IfThenElse(keep, hn::LoadU(d, x + j), ninf), d, x + j);
+  }
+  for (; j < n; ++j) x[j] = mask[j] ? x[j] : -std::numeric_limits<float>::infinity();
+}
+
 }  // namespace lmcore::attention::detail::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -82,6 +105,8 @@ HWY_EXPORT(RowMax);
 HWY_EXPORT(RowExpSum);
 HWY_EXPORT(RowExp);
 HWY_EXPORT(RowSoftmaxGrad);
+HWY_EXPORT(RowScale);
+HWY_EXPORT(RowApplyMask);
 
 float row_max(const float* x, std::int64_t n) { return HWY_DYNAMIC_DISPATCH(RowMax)(x, n); }
 float row_exp_sum(float* x, std::int64_t n, float m) { return HWY_DYNAMIC_DISPATCH(RowExpSum)(x, n, m); }
@@ -89,10 +114,8 @@ void row_exp(float* x, std::int64_t n, float m) { HWY_DYNAMIC_DISPATCH(RowExp)(x
 void row_softmax_grad(float* ds, const float* p, const float* dp, std::int64_t n, float delta) {
   HWY_DYNAMIC_DISPATCH(RowSoftmaxGrad)(ds, p, dp, n, delta);
 }
-void row_apply_mask(float* x, const std::uint8_t* mask, std::int64_t n) {
-  const float ninf = -std::numeric_limits<float>::infinity();
-  for (std::int64_t j = 0; j < n; ++j) x[j] = mask[j] ? x[j] : ninf;
-}
+void row_scale(float* x, std::int64_t n, float a) { HWY_DYNAMIC_DISPATCH(RowScale)(x, n, a); }
+void row_apply_mask(float* x, const std::uint8_t* mask, std::int64_t n) { HWY_DYNAMIC_DISPATCH(RowApplyMask)(x, mask, n); }
 
 }  // namespace lmcore::attention::detail
 #endif  // HWY_ONCE

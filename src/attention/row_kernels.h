@@ -16,6 +16,8 @@ float row_exp_sum(float* x, std::int64_t n, float m);
 void row_exp(float* x, std::int64_t n, float m);
 // ds[j] = p[j] * (dp[j] - delta) (ds may alias dp).
 void row_softmax_grad(float* ds, const float* p, const float* dp, std::int64_t n, float delta);
+// x[j] *= a.
+void row_scale(float* x, std::int64_t n, float a);
 // x[j] = mask[j] ? x[j] : -inf.
 void row_apply_mask(float* x, const std::uint8_t* mask, std::int64_t n);
 
