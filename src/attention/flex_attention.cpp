@@ -81,7 +81,7 @@ FlexResult forward(const Tensor& q, const Tensor& k, const Tensor& v, const Bloc
 
 FlexGrads backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                    const Tensor& d_out, const BlockMask& bm, const ScoreMod& mod, const AttentionShape& sh,
-                   const char* op) {
+                   const char* op, bool score_mod_grads) {
   check_block_mask(bm, sh, op);
   mod.check_heads(sh.q_heads, op);
   LMCORE_CHECK(mod.has_derivative(),
@@ -102,9 +102,19 @@ FlexGrads backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   const Tensor o32 = as_f32_contiguous(out), g32 = as_f32_contiguous(d_out), l32 = lse.contiguous();
   Tensor dq = Tensor::empty(q.shape(), DType::f32), dk = Tensor::empty(k.shape(), DType::f32),
          dv = Tensor::empty(v.shape(), DType::f32);
+  const std::vector<std::vector<std::int64_t>> param_shapes = score_mod_grads ? mod.parameter_shapes()
+                                                                             : std::vector<std::vector<std::int64_t>>{};
+  std::vector<std::vector<double>> param_grads;
+  for (const auto& shape : param_shapes) param_grads.emplace_back(static_cast<std::size_t>(checked_numel(shape)), 0.0);
   flex_backward_f32(sh, bm, mod, q32.data<float>(), k32.data<float>(), v32.data<float>(), o32.data<float>(),
-                    g32.data<float>(), l32.data<float>(), dq.data<float>(), dk.data<float>(), dv.data<float>());
-  return {dq.to(q.dtype()), dk.to(k.dtype()), dv.to(v.dtype())};
+                    g32.data<float>(), l32.data<float>(), dq.data<float>(), dk.data<float>(), dv.data<float>(),
+                    param_grads.empty() ? nullptr : &param_grads);
+  FlexGrads grads{dq.to(q.dtype()), dk.to(k.dtype()), dv.to(v.dtype()), {}};
+  for (std::size_t p = 0; p < param_grads.size(); ++p) {
+    const std::vector<float> g(param_grads[p].begin(), param_grads[p].end());
+    grads.score_mod_grads.push_back(Tensor::from_vector(g, param_shapes[p]));
+  }
+  return grads;
 }
 
 }  // namespace detail
@@ -128,9 +138,10 @@ FlexGrads flex_attention_backward(const Tensor& q, const Tensor& k, const Tensor
   const char* op = "flex_attention_backward";
   const detail::AttentionShape sh = detail::check_qkv(q, k, v, options.scale, op);
   if (options.block_mask != nullptr)
-    return detail::backward(q, k, v, out, lse, d_out, *options.block_mask, options.score_mod, sh, op);
+    return detail::backward(q, k, v, out, lse, d_out, *options.block_mask, options.score_mod, sh, op,
+                            options.score_mod_grads);
   const BlockMask bm = full_block_mask(sh.q_len, sh.kv_len);
-  return detail::backward(q, k, v, out, lse, d_out, bm, options.score_mod, sh, op);
+  return detail::backward(q, k, v, out, lse, d_out, bm, options.score_mod, sh, op, options.score_mod_grads);
 }
 
 FlexFlops flex_flops(const BlockMask& mask, std::int64_t batch, std::int64_t q_heads, std::int64_t head_dim,

@@ -43,7 +43,7 @@ void merged_rows(const BlockRuns& partial, const BlockRuns& full, std::int64_t r
 
 void flex_backward_f32(const AttentionShape& sh, const BlockMask& bm, const ScoreMod& score_mod, const float* q,
                        const float* k, const float* v, const float* out, const float* d_out, const float* lse,
-                       float* dq, float* dk, float* dv) {
+                       float* dq, float* dk, float* dv, std::vector<std::vector<double>>* score_mod_grads) {
   const std::int64_t B = sh.batch, Hq = sh.q_heads, Hkv = sh.kv_heads, L = sh.q_len, S = sh.kv_len;
   const std::int64_t D = sh.head_dim, Dv = sh.value_dim, group = Hq / Hkv;
   const std::int64_t qb = bm.q_block, kb = bm.kv_block, nkb = bm.num_kv_blocks;
@@ -91,6 +91,9 @@ void flex_backward_f32(const AttentionShape& sh, const BlockMask& bm, const Scor
   const std::int64_t q_elems = B * Hq * L * D;
   std::fill_n(dq, q_elems, 0.0f);
   std::vector<std::vector<float>> dq_parts(static_cast<std::size_t>(parts - 1));
+  // Score-mod parameter gradients: one set per part, summed in part order like dQ.
+  const std::int64_t n_params = score_mod_grads != nullptr ? score_mod.num_parameter_steps() : 0;
+  std::vector<std::vector<std::vector<double>>> param_parts(static_cast<std::size_t>(n_params > 0 ? parts : 0));
 
   BlasSingleThreaded blas_guard;
   parallel_for(0, parts, 1, [&](std::int64_t plo, std::int64_t phi) {
@@ -99,7 +102,16 @@ void flex_backward_f32(const AttentionShape& sh, const BlockMask& bm, const Scor
     std::vector<std::uint8_t> mtile(static_cast<std::size_t>(qb * kb));
     std::vector<float> dk_acc(static_cast<std::size_t>(kb * D)), dv_acc(static_cast<std::size_t>(kb * Dv));
     std::vector<BlockRef> blocks;
+    std::vector<float> suffix(static_cast<std::size_t>(n_params * qb * kb));
+    std::vector<float*> suffix_tiles(static_cast<std::size_t>(n_params));
+    for (std::int64_t p = 0; p < n_params; ++p) suffix_tiles[static_cast<std::size_t>(p)] = suffix.data() + p * qb * kb;
+    std::vector<double*> param_out(static_cast<std::size_t>(n_params));
     for (std::int64_t part = plo; part < phi; ++part) {
+      if (n_params > 0) {
+        auto& mine = param_parts[static_cast<std::size_t>(part)];
+        mine = *score_mod_grads;  // zeroed and sized by the caller
+        for (std::int64_t p = 0; p < n_params; ++p) param_out[static_cast<std::size_t>(p)] = mine[static_cast<std::size_t>(p)].data();
+      }
       float* dq_out = dq;
       if (part > 0) {
         auto& buf = dq_parts[static_cast<std::size_t>(part - 1)];
@@ -124,7 +136,8 @@ void flex_backward_f32(const AttentionShape& sh, const BlockMask& bm, const Scor
             const float* DELTA = delta.data() + bhq * L + q0;
             // P [nq, nk] = exp(score_mod(scale Q K^T) masked - lse)
             gemm_f32(false, true, nq, nk, D, sh.scale, Q, D, K, D, 0.0f, s.data(), kb);
-            if (has_mod) score_mod.apply_tile(b, h, q0, nq, k0, nk, s.data(), kb, grad.data());
+            if (has_mod)
+              score_mod.apply_tile(b, h, q0, nq, k0, nk, s.data(), kb, grad.data(), n_params > 0 ? suffix_tiles.data() : nullptr);
             if (!blk.full) {
               bm.mask.fill(b, h, q0, nq, k0, nk, mtile.data(), kb);
               for (std::int64_t i = 0; i < nq; ++i) row_apply_mask(s.data() + i * kb, mtile.data() + i * kb, nk);
@@ -138,12 +151,19 @@ void flex_backward_f32(const AttentionShape& sh, const BlockMask& bm, const Scor
             gemm_f32(true, false, nk, Dv, nq, 1.0f, s.data(), kb, dO, Dv, 1.0f, dv_acc.data(), Dv);
             // dP [nq, nk] = dO V^T
             gemm_f32(false, true, nq, nk, Dv, 1.0f, dO, Dv, V, Dv, 0.0f, dp.data(), kb);
-            // dS = P (dP - delta), times d score_mod / d score; masked entries stay exactly 0.
+            // dS = P (dP - delta) is d loss / d(modified score): it feeds the score_mod's parameters,
+            // then times d score_mod / d score it becomes d loss / d(scale q.k). Masked entries stay 0.
             for (std::int64_t i = 0; i < nq; ++i) {
               float* d = dp.data() + i * kb;
-              const float* p = s.data() + i * kb;
-              row_softmax_grad(d, p, d, nk, DELTA[i]);
-              if (has_mod) {
+              row_softmax_grad(d, s.data() + i * kb, d, nk, DELTA[i]);
+            }
+            if (n_params > 0)
+              score_mod.accumulate_parameter_grads(b, h, q0, nq, k0, nk, dp.data(), suffix_tiles.data(), kb,
+                                                   param_out.data());
+            if (has_mod) {
+              for (std::int64_t i = 0; i < nq; ++i) {
+                float* d = dp.data() + i * kb;
+                const float* p = s.data() + i * kb;
                 const float* g = grad.data() + i * kb;
                 for (std::int64_t j = 0; j < nk; ++j) d[j] = p[j] == 0.0f ? 0.0f : d[j] * g[j];
               }
@@ -159,7 +179,10 @@ void flex_backward_f32(const AttentionShape& sh, const BlockMask& bm, const Scor
     }
   });
 
-  // 3. dQ = part 0 + part 1 + ... in part order.
+  // 3. dQ and the score_mod parameter gradients = part 0 + part 1 + ... in part order.
+  for (const auto& part : param_parts)
+    for (std::size_t p = 0; p < part.size(); ++p)
+      for (std::size_t i = 0; i < part[p].size(); ++i) (*score_mod_grads)[p][i] += part[p][i];
   if (!dq_parts.empty()) {
     parallel_for(0, q_elems, 1 << 14, [&](std::int64_t lo, std::int64_t hi) {
       for (const auto& buf : dq_parts)

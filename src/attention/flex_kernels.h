@@ -2,9 +2,12 @@
 //
 //   q [B, Hq, L, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv], out / d_out [B, Hq, L, Dv], lse [B, Hq, L]
 //   dq, dk, dv like q, k, v (overwritten)
+//   score_mod_grads: when not null, one zeroed vector per parameter step of the score_mod (sized as
+//   its table) receives the gradient of its table
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "lmcore/attention/block_mask.h"
 #include "lmcore/attention/score_mod.h"
@@ -21,7 +24,8 @@ void flex_forward_f32(const AttentionShape& shape, const BlockMask& mask, const 
 
 void flex_backward_f32(const AttentionShape& shape, const BlockMask& mask, const ScoreMod& score_mod,
                        const float* q, const float* k, const float* v, const float* out, const float* d_out,
-                       const float* lse, float* dq, float* dk, float* dv);
+                       const float* lse, float* dq, float* dk, float* dv,
+                       std::vector<std::vector<double>>* score_mod_grads = nullptr);
 
 // While alive, OpenBLAS runs single-threaded: the kernels call sgemm on small tiles from inside
 // parallel_for, and a threaded sgemm per tile from every worker oversubscribes the cores (measured on

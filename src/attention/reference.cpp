@@ -26,9 +26,9 @@ Inputs load(const Tensor& q, const Tensor& k, const Tensor& v, double scale, con
 }
 
 // Scores of one query row after scale, score_mod and mask (-inf where masked), with the derivative of
-// the score_mod in *deriv when asked.
+// the score_mod in *deriv and the scores before the score_mod in *raw when asked.
 void row_scores(const Inputs& in, const MaskMod& mask, const ScoreMod& mod, std::int64_t b, std::int64_t h,
-                std::int64_t i, std::vector<double>& s, std::vector<double>* deriv) {
+                std::int64_t i, std::vector<double>& s, std::vector<double>* deriv, std::vector<float>* raw = nullptr) {
   const auto& sh = in.sh;
   const std::int64_t hkv = h / (sh.q_heads / sh.kv_heads);
   const double* qr = in.q.data() + ((b * sh.q_heads + h) * sh.q_len + i) * sh.head_dim;
@@ -37,6 +37,7 @@ void row_scores(const Inputs& in, const MaskMod& mask, const ScoreMod& mod, std:
     double dot = 0;
     for (std::int64_t d = 0; d < sh.head_dim; ++d) dot += qr[d] * kr[d];
     float g = 1.0f;
+    if (raw != nullptr) (*raw)[static_cast<std::size_t>(j)] = static_cast<float>(dot * sh.scale);
     const float x = mod.apply(static_cast<float>(dot * sh.scale), b, h, i, j, deriv != nullptr ? &g : nullptr);
     s[static_cast<std::size_t>(j)] = mask.allowed(b, h, i, j) ? static_cast<double>(x)
                                                                : -std::numeric_limits<double>::infinity();
@@ -100,11 +101,21 @@ FlexGrads attention_backward_reference(const Tensor& q, const Tensor& k, const T
   std::vector<double> dq(in.q.size(), 0.0), dk(in.k.size(), 0.0), dv(in.v.size(), 0.0);
   std::vector<double> p(static_cast<std::size_t>(sh.kv_len)), deriv(p.size()), dp(p.size());
   const std::int64_t D = sh.head_dim, Dv = sh.value_dim;
+  // Score-mod parameters: per element, d loss / d(modified score) times d(modified) / d(table entry).
+  const std::vector<std::vector<std::int64_t>> param_shapes = score_mod.parameter_shapes();
+  const std::size_t n_params = param_shapes.size();
+  std::vector<std::vector<double>> param_grads;
+  for (const auto& shape : param_shapes) param_grads.emplace_back(static_cast<std::size_t>(checked_numel(shape)), 0.0);
+  std::vector<double*> param_out;
+  for (auto& g : param_grads) param_out.push_back(g.data());
+  std::vector<float> raw(p.size()), suffix(n_params);
+  std::vector<float*> suffix_ptr;
+  for (std::size_t x = 0; x < n_params; ++x) suffix_ptr.push_back(suffix.data() + x);
   for (std::int64_t b = 0; b < sh.batch; ++b) {
     for (std::int64_t h = 0; h < sh.q_heads; ++h) {
       const std::int64_t hkv = h / (sh.q_heads / sh.kv_heads);
       for (std::int64_t i = 0; i < sh.q_len; ++i) {
-        row_scores(in, mask, score_mod, b, h, i, p, &deriv);
+        row_scores(in, mask, score_mod, b, h, i, p, &deriv, n_params > 0 ? &raw : nullptr);
         softmax(p);
         const std::int64_t row = (b * sh.q_heads + h) * sh.q_len + i;
         const double* gr = g.data() + row * Dv;
@@ -122,7 +133,14 @@ FlexGrads attention_backward_reference(const Tensor& q, const Tensor& k, const T
           if (pj == 0) continue;
           const std::size_t kv_row = static_cast<std::size_t>((b * sh.kv_heads + hkv) * sh.kv_len + j);
           for (std::int64_t e = 0; e < Dv; ++e) dv[kv_row * Dv + e] += pj * gr[e];
-          const double ds = pj * (dp[static_cast<std::size_t>(j)] - dot) * deriv[static_cast<std::size_t>(j)] * sh.scale;
+          const double ds_modified = pj * (dp[static_cast<std::size_t>(j)] - dot);
+          if (n_params > 0) {
+            float unused = 0;
+            (void)score_mod.apply(raw[static_cast<std::size_t>(j)], b, h, i, j, &unused, suffix.data());
+            const float ds_f = static_cast<float>(ds_modified);
+            score_mod.accumulate_parameter_grads(b, h, i, 1, j, 1, &ds_f, suffix_ptr.data(), 1, param_out.data());
+          }
+          const double ds = ds_modified * deriv[static_cast<std::size_t>(j)] * sh.scale;
           for (std::int64_t d = 0; d < D; ++d) {
             dq[static_cast<std::size_t>(row * D + d)] += ds * in.k[kv_row * D + d];
             dk[kv_row * D + d] += ds * in.q[static_cast<std::size_t>(row * D + d)];
@@ -135,7 +153,9 @@ FlexGrads attention_backward_reference(const Tensor& q, const Tensor& k, const T
     std::vector<float> f(x.begin(), x.end());
     return Tensor::from_vector(f, shape);
   };
-  return {to_f32(dq, q.shape()), to_f32(dk, k.shape()), to_f32(dv, v.shape())};
+  FlexGrads grads{to_f32(dq, q.shape()), to_f32(dk, k.shape()), to_f32(dv, v.shape()), {}};
+  for (std::size_t x = 0; x < n_params; ++x) grads.score_mod_grads.push_back(to_f32(param_grads[x], param_shapes[x]));
+  return grads;
 }
 
 }  // namespace lmcore::attention

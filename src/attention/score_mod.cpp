@@ -16,12 +16,14 @@ struct ScoreMod::Step {
   ScoreFunction fn, derivative;
   std::string name;
 
-  float bias_at(std::int64_t h, std::int64_t rel) const {
+  bool has_parameters() const { return kind == Kind::relative_bias || kind == Kind::alibi; }
+  std::int64_t bias_index(std::int64_t h, std::int64_t rel) const {
     const std::int64_t width = 2 * radius + 1;
     const std::int64_t heads = static_cast<std::int64_t>(table.size()) / width;
     const std::int64_t row = heads == 1 ? 0 : h;
-    return table[static_cast<std::size_t>(row * width + std::clamp(rel, -radius, radius) + radius)];
+    return row * width + std::clamp(rel, -radius, radius) + radius;
   }
+  float bias_at(std::int64_t h, std::int64_t rel) const { return table[static_cast<std::size_t>(bias_index(h, rel))]; }
 };
 
 ScoreMod ScoreMod::relative_position_bias(std::vector<float> bias, std::int64_t max_distance) {
@@ -127,8 +129,15 @@ void ScoreMod::check_heads(std::int64_t heads, const char* op) const {
 }
 
 float ScoreMod::apply(float score, std::int64_t b, std::int64_t h, std::int64_t q_idx, std::int64_t kv_idx,
-                      float* derivative) const {
+                      float* derivative, float* suffix) const {
   float d = 1.0f;
+  std::int64_t params = 0;  // parameter steps passed so far
+  // A step with derivative g multiplies d and the suffix of every parameter step before it.
+  auto chain = [&](float g) {
+    d *= g;
+    if (suffix != nullptr)
+      for (std::int64_t p = 0; p < params; ++p) suffix[p] *= g;
+  };
   for (const auto& s : steps_) {
     switch (s->kind) {
       case Step::Kind::relative_bias: score += s->bias_at(h, q_idx - kv_idx); break;
@@ -136,30 +145,37 @@ float ScoreMod::apply(float score, std::int64_t b, std::int64_t h, std::int64_t 
       case Step::Kind::softcap: {
         const float t = std::tanh(score / s->cap);
         score = s->cap * t;
-        d *= 1.0f - t * t;
+        chain(1.0f - t * t);
         break;
       }
       case Step::Kind::function:
-        if (derivative != nullptr) {
+        if (derivative != nullptr || suffix != nullptr) {
           LMCORE_CHECK(static_cast<bool>(s->derivative),
                        "flex_attention_backward: score_mod '{}' is a callable without a derivative; pass one to "
                        "ScoreMod::from_function for the backward pass",
                        s->name);
-          d *= s->derivative(score, b, h, q_idx, kv_idx);
+          chain(s->derivative(score, b, h, q_idx, kv_idx));
         }
         score = s->fn(score, b, h, q_idx, kv_idx);
         break;
     }
+    if (s->has_parameters() && suffix != nullptr) suffix[params] = 1.0f;
+    if (s->has_parameters()) ++params;
   }
   if (derivative != nullptr) *derivative = d;
   return score;
 }
 
 void ScoreMod::apply_tile(std::int64_t b, std::int64_t h, std::int64_t q0, std::int64_t nq, std::int64_t k0,
-                          std::int64_t nk, float* s, std::int64_t ld, float* deriv) const {
+                          std::int64_t nk, float* s, std::int64_t ld, float* deriv, float* const* suffix) const {
   if (deriv != nullptr)
     for (std::int64_t i = 0; i < nq; ++i) std::fill_n(deriv + i * ld, nk, 1.0f);
+  std::int64_t params = 0;  // parameter steps passed so far
   for (const auto& st : steps_) {
+    if (st->has_parameters() && suffix != nullptr)
+      for (std::int64_t i = 0; i < nq; ++i) std::fill_n(suffix[params] + i * ld, nk, 1.0f);
+    // Later steps with a derivative other than 1 chain into the suffix of every earlier parameter step.
+    const bool chains = suffix != nullptr && params > 0 && !st->has_parameters();
     for (std::int64_t i = 0; i < nq; ++i) {
       float* row = s + i * ld;
       float* drow = deriv != nullptr ? deriv + i * ld : nullptr;
@@ -179,19 +195,71 @@ void ScoreMod::apply_tile(std::int64_t b, std::int64_t h, std::int64_t q0, std::
             const float t = std::tanh(row[j] * inv);
             row[j] = st->cap * t;
             if (drow != nullptr) drow[j] *= 1.0f - t * t;
+            if (chains)
+              for (std::int64_t p = 0; p < params; ++p) suffix[p][i * ld + j] *= 1.0f - t * t;
           }
           break;
         }
         case Step::Kind::function:
-          LMCORE_CHECK(drow == nullptr || static_cast<bool>(st->derivative),
+          LMCORE_CHECK((drow == nullptr && !chains) || static_cast<bool>(st->derivative),
                        "flex_attention_backward: score_mod '{}' is a callable without a derivative; pass one to "
                        "ScoreMod::from_function for the backward pass",
                        st->name);
           for (std::int64_t j = 0; j < nk; ++j) {
-            if (drow != nullptr) drow[j] *= st->derivative(row[j], b, h, q, k0 + j);
+            if (drow != nullptr || chains) {
+              const float g = st->derivative(row[j], b, h, q, k0 + j);
+              if (drow != nullptr) drow[j] *= g;
+              if (chains)
+                for (std::int64_t p = 0; p < params; ++p) suffix[p][i * ld + j] *= g;
+            }
             row[j] = st->fn(row[j], b, h, q, k0 + j);
           }
           break;
+      }
+    }
+    if (st->has_parameters()) ++params;
+  }
+}
+
+std::int64_t ScoreMod::num_parameter_steps() const {
+  std::int64_t n = 0;
+  for (const auto& s : steps_) n += s->has_parameters() ? 1 : 0;
+  return n;
+}
+
+std::vector<std::vector<std::int64_t>> ScoreMod::parameter_shapes() const {
+  std::vector<std::vector<std::int64_t>> shapes;
+  for (const auto& s : steps_) {
+    const auto n = static_cast<std::int64_t>(s->table.size());
+    if (s->kind == Step::Kind::relative_bias) shapes.push_back({n / (2 * s->radius + 1), 2 * s->radius + 1});
+    if (s->kind == Step::Kind::alibi) shapes.push_back({n});
+  }
+  return shapes;
+}
+
+void ScoreMod::accumulate_parameter_grads(std::int64_t, std::int64_t h, std::int64_t q0, std::int64_t nq,
+                                          std::int64_t k0, std::int64_t nk, const float* ds,
+                                          const float* const* suffix, std::int64_t ld, double* const* grads) const {
+  std::int64_t p = 0;
+  for (const auto& st : steps_) {
+    if (!st->has_parameters()) continue;
+    double* g = grads[p];
+    const float* su = suffix[p];
+    ++p;
+    for (std::int64_t i = 0; i < nq; ++i) {
+      const float* d = ds + i * ld;
+      const float* w = su + i * ld;
+      const std::int64_t q = q0 + i;
+      if (st->kind == Step::Kind::alibi) {
+        // d(score + slope (kv - q)) / d slope = kv - q
+        double sum = 0;
+        for (std::int64_t j = 0; j < nk; ++j)
+          if (d[j] != 0.0f) sum += static_cast<double>(d[j] * w[j]) * static_cast<double>(k0 + j - q);
+        g[h] += sum;
+      } else {
+        // The bias entry of (q, kv) depends only on q - kv: each entry collects one diagonal.
+        for (std::int64_t j = 0; j < nk; ++j)
+          if (d[j] != 0.0f) g[st->bias_index(h, q - (k0 + j))] += static_cast<double>(d[j] * w[j]);
       }
     }
   }

@@ -60,6 +60,11 @@ void run_case(const Case& c, std::uint32_t seed) {
   EXPECT_TRUE(all_close("dq", gr.dq, want.dq, gatol, grtol));
   EXPECT_TRUE(all_close("dk", gr.dk, want.dk, gatol, grtol));
   EXPECT_TRUE(all_close("dv", gr.dv, want.dv, gatol, grtol));
+  // Score-mod parameters (bias table, slopes): sums over many elements, so scaled by their size.
+  ASSERT_EQ(gr.score_mod_grads.size(), want.score_mod_grads.size());
+  for (std::size_t p = 0; p < want.score_mod_grads.size(); ++p)
+    EXPECT_TRUE(all_close(fmt::format("score_mod_grads[{}]", p), gr.score_mod_grads[p], want.score_mod_grads[p],
+                          low ? 0.3 : 2e-4, low ? 5e-2 : 1e-4));
 }
 
 TEST(FlexAttention, MasksShapesAndBlocksMatchReference) {
@@ -99,6 +104,10 @@ TEST(FlexAttention, ScoreModsMatchReference) {
       {"user with derivative", 1, 3, 3, 30, 30, 8, 8, 16, 16, MaskMod::causal(), user},
       {"alibi then softcap", 1, 2, 1, 50, 50, 8, 8, 16, 16, MaskMod::document(doc_ids(50, 12)),
        ScoreMod::alibi({0.5f, 0.25f}).then(ScoreMod::softcap(2.0f))},
+      {"shared relative bias then user, then alibi", 2, 2, 2, 37, 29, 8, 8, 16, 8, MaskMod::all(),
+       ScoreMod::relative_position_bias(std::vector<float>(bias.begin(), bias.begin() + 13), 6)
+           .then(user)
+           .then(ScoreMod::alibi({0.3f, -0.2f}))},
   };
   std::uint32_t seed = 500;
   for (const Case& c : cases) run_case(c, seed += 10);

@@ -7,6 +7,7 @@
 //   FlexOptions opt;  opt.block_mask = &bm;  opt.return_lse = true;
 //   FlexResult r = flex_attention(q, k, v, opt);
 //   FlexGrads g = flex_attention_backward(q, k, v, r.out, r.lse, d_out, opt);  // overwrites, not accumulates
+//   // with opt.score_mod = ScoreMod::alibi(slopes): g.score_mod_grads[0] is d loss / d slopes
 //
 // Inputs are f32, bf16 or f16 (all three the same dtype), any strides; arithmetic is f32. D and Dv are at
 // most 256; L and S are any length (the last block of each is short). Per (b, head, query block) the
@@ -22,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "lmcore/attention/block_mask.h"
 #include "lmcore/attention/score_mod.h"
@@ -34,6 +36,8 @@ struct FlexOptions {
   ScoreMod score_mod;                     // identity by default
   double scale = 0.0;                     // 0: 1 / sqrt(D)
   bool return_lse = false;
+  // Backward: also compute the gradients of the score_mod's parameter tables (FlexGrads::score_mod_grads).
+  bool score_mod_grads = true;
 };
 
 struct FlexResult {
@@ -43,6 +47,10 @@ struct FlexResult {
 
 struct FlexGrads {
   Tensor dq, dk, dv;  // shapes and dtypes of q, k, v
+  // f32, one per parameter step of options.score_mod in chain order (ScoreMod::parameter_shapes():
+  // relative_position_bias [rows, 2R + 1], alibi [slopes]); empty when it has none or when
+  // options.score_mod_grads is false.
+  std::vector<Tensor> score_mod_grads;
 };
 
 FlexResult flex_attention(const Tensor& q, const Tensor& k, const Tensor& v, const FlexOptions& options = {});

@@ -13,7 +13,7 @@ namespace lmcore::attention {
 // out [B, Hq, L, Dv] f32, lse [B, Hq, L] f32. scale 0 means 1 / sqrt(D).
 FlexResult attention_reference(const Tensor& q, const Tensor& k, const Tensor& v, const MaskMod& mask,
                                const ScoreMod& score_mod = {}, double scale = 0.0);
-// dq, dk, dv in f32.
+// dq, dk, dv and the score_mod parameter gradients (as FlexGrads::score_mod_grads) in f32.
 FlexGrads attention_backward_reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& d_out,
                                        const MaskMod& mask, const ScoreMod& score_mod = {}, double scale = 0.0);
 

@@ -12,6 +12,10 @@
 //   alibi(slopes)                    score + slopes[h] * (kv - q)   (slopes has one entry per query head)
 //   softcap(cap)                     cap * tanh(score / cap)
 //   from_function(f, df)             f(score, b, h, q, kv); df gives d f / d score (optional)
+//
+// Parameters: the bias table and the slopes are trainable. The parameter steps, in chain order, are
+// what parameter_shapes() lists and what flex_attention_backward returns gradients for
+// (FlexGrads::score_mod_grads), each flattened like its table.
 #pragma once
 
 #include <cstdint>
@@ -45,13 +49,27 @@ class ScoreMod {
   std::string describe() const;
 
   // One element: the modified score, and d(modified)/d(score) in *derivative when not null.
+  // When suffix is not null, suffix[p] receives d(modified)/d(output of parameter step p), p in chain
+  // order (num_parameter_steps() entries).
   float apply(float score, std::int64_t b, std::int64_t h, std::int64_t q_idx, std::int64_t kv_idx,
-              float* derivative = nullptr) const;
+              float* derivative = nullptr, float* suffix = nullptr) const;
   // A tile s[i * ld + j] for positions (q0 + i, k0 + j), in place. When deriv is not null it receives
   // d(modified)/d(score) for each element (same layout). Throws when deriv is asked of a callable
-  // without a derivative.
+  // without a derivative. When suffix is not null, the tile suffix[p] (same layout) receives
+  // d(modified)/d(output of parameter step p) for each parameter step p.
   void apply_tile(std::int64_t b, std::int64_t h, std::int64_t q0, std::int64_t nq, std::int64_t k0, std::int64_t nk,
-                  float* s, std::int64_t ld, float* deriv) const;
+                  float* s, std::int64_t ld, float* deriv, float* const* suffix = nullptr) const;
+
+  // The steps with trainable parameters, in chain order: relative_position_bias {rows, 2R + 1}, alibi
+  // {number of slopes}.
+  std::int64_t num_parameter_steps() const;
+  std::vector<std::vector<std::int64_t>> parameter_shapes() const;
+  // Backward into the parameters for a tile: ds[i * ld + j] = d loss / d(modified score) and suffix
+  // from apply_tile, at (q0 + i, k0 + j). Adds d loss / d table into grads[p] (flat, as the table),
+  // for each parameter step p. Elements with ds == 0 (masked, or zero probability) add nothing.
+  void accumulate_parameter_grads(std::int64_t b, std::int64_t h, std::int64_t q0, std::int64_t nq, std::int64_t k0,
+                                  std::int64_t nk, const float* ds, const float* const* suffix, std::int64_t ld,
+                                  double* const* grads) const;
   // Checks that head indices up to heads - 1 are covered by per-head tables; names `op`.
   void check_heads(std::int64_t heads, const char* op) const;
 

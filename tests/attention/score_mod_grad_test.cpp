@@ -1,0 +1,118 @@
+// Gradients of the score modifiers' parameters (relative-position bias table, ALiBi slopes) from
+// flex_attention_backward, against central finite differences of the naive reference's loss (an
+// oracle that does not share the backward's chain rule), plus determinism and the opt-out.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "lmcore/attention/flex_attention.h"
+#include "lmcore/attention/reference.h"
+#include "tests/attention/test_util.h"
+
+namespace lmcore::attention {
+namespace {
+
+using testing::random_tensor;
+
+// loss = sum(out * g) through the f64 reference.
+double reference_loss(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const MaskMod& mask,
+                      const ScoreMod& mod) {
+  const std::vector<double> out = attention_reference(q, k, v, mask, mod).out.to_vector<double>();
+  const std::vector<double> w = g.to_vector<double>();
+  double sum = 0;
+  for (std::size_t i = 0; i < out.size(); ++i) sum += out[i] * w[i];
+  return sum;
+}
+
+struct Problem {
+  Tensor q, k, v, g;
+  MaskMod mask;
+};
+
+Problem make_problem(std::int64_t H, std::int64_t Hkv, std::int64_t L, std::int64_t S, MaskMod mask, std::uint32_t seed) {
+  return {random_tensor({1, H, L, 8}, seed), random_tensor({1, Hkv, S, 8}, seed + 1),
+          random_tensor({1, Hkv, S, 8}, seed + 2), random_tensor({1, H, L, 8}, seed + 3), std::move(mask)};
+}
+
+std::vector<float> kernel_grad(const Problem& p, const ScoreMod& mod, std::size_t which, std::int64_t block) {
+  const std::int64_t H = p.q.size(1), L = p.q.size(2), S = p.k.size(2);
+  const BlockMask bm = create_block_mask(p.mask, 1, H, L, S, block, block);
+  FlexOptions opt;
+  opt.block_mask = &bm;
+  opt.score_mod = mod;
+  opt.return_lse = true;
+  const FlexResult r = flex_attention(p.q, p.k, p.v, opt);
+  const FlexGrads gr = flex_attention_backward(p.q, p.k, p.v, r.out, r.lse, p.g, opt);
+  EXPECT_EQ(static_cast<std::int64_t>(gr.score_mod_grads.size()), mod.num_parameter_steps());
+  return gr.score_mod_grads.at(which).to_vector<float>();
+}
+
+// Central differences of the reference loss in each entry of `table`, rebuilt into a ScoreMod by make.
+template <typename Make>
+void expect_matches_finite_differences(const Problem& p, std::vector<float> table, Make make, std::size_t which,
+                                       const char* name) {
+  SCOPED_TRACE(name);
+  const std::vector<float> got = kernel_grad(p, make(table), which, 16);
+  ASSERT_EQ(got.size(), table.size());
+  const float eps = 1e-2f;
+  for (std::size_t i = 0; i < table.size(); ++i) {
+    const float x = table[i];
+    table[i] = x + eps;
+    const double up = reference_loss(p.q, p.k, p.v, p.g, p.mask, make(table));
+    table[i] = x - eps;
+    const double down = reference_loss(p.q, p.k, p.v, p.g, p.mask, make(table));
+    table[i] = x;
+    const double want = (up - down) / (2.0 * eps);
+    EXPECT_NEAR(got[i], want, 2e-3 + 1e-2 * std::abs(want)) << name << " entry " << i;
+  }
+}
+
+TEST(ScoreModGrads, RelativeBiasMatchesFiniteDifferences) {
+  const Problem p = make_problem(2, 1, 29, 35, MaskMod::sliding_window(9) | MaskMod::prefix_lm(3), 40);
+  std::vector<float> bias(2 * 9);
+  for (std::size_t i = 0; i < bias.size(); ++i) bias[i] = 0.2f * static_cast<float>(i % 5) - 0.4f;
+  // Per-head rows, R = 4, with a softcap after it: the cap's derivative chains into the table's gradient.
+  expect_matches_finite_differences(
+      p, bias, [](const std::vector<float>& t) { return ScoreMod::relative_position_bias(t, 4).then(ScoreMod::softcap(1.5f)); },
+      0, "per-head bias then softcap");
+  // One row shared by both heads: each entry collects both heads.
+  expect_matches_finite_differences(
+      p, std::vector<float>(bias.begin(), bias.begin() + 9),
+      [](const std::vector<float>& t) { return ScoreMod::relative_position_bias(t, 4); }, 0, "shared bias");
+}
+
+TEST(ScoreModGrads, AlibiMatchesFiniteDifferences) {
+  // GQA 4:2, causal; the slopes come second in the chain (after a softcap, before another).
+  const Problem p = make_problem(4, 2, 33, 33, MaskMod::causal(), 60);
+  expect_matches_finite_differences(
+      p, ScoreMod::alibi_slopes(4),
+      [](const std::vector<float>& t) {
+        return ScoreMod::softcap(4.0f).then(ScoreMod::alibi(t)).then(ScoreMod::softcap(3.0f));
+      },
+      0, "softcap, alibi, softcap");
+}
+
+TEST(ScoreModGrads, DeterministicAndOptional) {
+  const Problem p = make_problem(2, 2, 150, 150, MaskMod::causal(), 80);
+  std::vector<float> bias(2 * 21);
+  for (std::size_t i = 0; i < bias.size(); ++i) bias[i] = 0.05f * static_cast<float>(i % 9);
+  const ScoreMod mod = ScoreMod::relative_position_bias(bias, 10).then(ScoreMod::alibi({0.1f, 0.2f}));
+  const std::vector<float> a0 = kernel_grad(p, mod, 0, 16), a1 = kernel_grad(p, mod, 1, 16);
+  for (int rep = 0; rep < 3; ++rep) {
+    EXPECT_EQ(kernel_grad(p, mod, 0, 16), a0);
+    EXPECT_EQ(kernel_grad(p, mod, 1, 16), a1);
+  }
+  const BlockMask bm = create_block_mask(p.mask, 1, 1, 150, 150, 32, 32);
+  FlexOptions opt;
+  opt.block_mask = &bm;
+  opt.score_mod = mod;
+  opt.return_lse = true;
+  opt.score_mod_grads = false;
+  const FlexResult r = flex_attention(p.q, p.k, p.v, opt);
+  EXPECT_TRUE(flex_attention_backward(p.q, p.k, p.v, r.out, r.lse, p.g, opt).score_mod_grads.empty());
+  EXPECT_EQ(mod.parameter_shapes(), (std::vector<std::vector<std::int64_t>>{{2, 21}, {2}}));
+}
+
+}  // namespace
+}  // namespace lmcore::attention
