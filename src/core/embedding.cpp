@@ -73,7 +73,15 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<std:
 
 namespace {
 
-void check_backward_args(const Tensor& grad_output, const Tensor& indices, std::int64_t num_weights, const char* op) {
+// The validated arguments of a backward call: padding row, ids as int64, row width D and count n.
+struct BackwardArgs {
+  std::optional<std::int64_t> pad;
+  std::vector<std::int64_t> ids;
+  std::int64_t D = 0, n = 0;
+};
+
+BackwardArgs check_backward_args(const Tensor& grad_output, const Tensor& indices, std::int64_t num_weights,
+                                 std::optional<std::int64_t> padding_idx, const char* op) {
   detail::check_floating(grad_output, op, "grad_output");
   detail::check_defined(indices, op, "indices");
   LMCORE_CHECK(num_weights >= 0, "{}: argument 'num_weights' expected >= 0, found {}", op, num_weights);
@@ -84,18 +92,23 @@ void check_backward_args(const Tensor& grad_output, const Tensor& indices, std::
     LMCORE_CHECK(grad_output.size(k) == indices.size(k),
                  "{}: argument 'grad_output' expected shape {} + [D], found {} (dim {}: {} vs {})", op,
                  shape_str(indices.shape()), shape_str(grad_output.shape()), k, grad_output.size(k), indices.size(k));
+  BackwardArgs a;
+  a.pad = wrap_padding(padding_idx, num_weights, op);
+  a.ids = checked_ids(indices, num_weights, op);
+  a.D = grad_output.size(-1);
+  a.n = static_cast<std::int64_t>(a.ids.size());
+  return a;
 }
 
 }  // namespace
 
 Tensor embedding_backward(const Tensor& grad_output, const Tensor& indices, std::int64_t num_weights,
                           std::optional<std::int64_t> padding_idx, bool scale_grad_by_freq) {
-  const char* op = "embedding_backward";
-  check_backward_args(grad_output, indices, num_weights, op);
-  const std::optional<std::int64_t> pad = wrap_padding(padding_idx, num_weights, op);
-  const std::vector<std::int64_t> ids = checked_ids(indices, num_weights, op);
-  const std::int64_t D = grad_output.size(-1);
-  const std::int64_t n = static_cast<std::int64_t>(ids.size());
+  // Named copies, not structured bindings: lambdas below capture them (clang 14 can't capture bindings).
+  const BackwardArgs args = check_backward_args(grad_output, indices, num_weights, padding_idx, "embedding_backward");
+  const std::optional<std::int64_t> pad = args.pad;
+  const std::vector<std::int64_t>& ids = args.ids;
+  const std::int64_t D = args.D, n = args.n;
   Tensor grad = grad_output.reshape({n, D}).contiguous();
   Tensor out = Tensor::empty({num_weights, D}, grad_output.dtype());
 
@@ -160,12 +173,11 @@ Tensor embedding_backward(const Tensor& grad_output, const Tensor& indices, std:
 
 Tensor embedding_backward_reference(const Tensor& grad_output, const Tensor& indices, std::int64_t num_weights,
                                     std::optional<std::int64_t> padding_idx, bool scale_grad_by_freq) {
-  const char* op = "embedding_backward_reference";
-  check_backward_args(grad_output, indices, num_weights, op);
-  const std::optional<std::int64_t> pad = wrap_padding(padding_idx, num_weights, op);
-  const std::vector<std::int64_t> ids = checked_ids(indices, num_weights, op);
-  const std::int64_t D = grad_output.size(-1);
-  const std::int64_t n = static_cast<std::int64_t>(ids.size());
+  // Named copies, not structured bindings: lambdas below capture them (clang 14 can't capture bindings).
+  const BackwardArgs args = check_backward_args(grad_output, indices, num_weights, padding_idx, "embedding_backward_reference");
+  const std::optional<std::int64_t> pad = args.pad;
+  const std::vector<std::int64_t>& ids = args.ids;
+  const std::int64_t D = args.D, n = args.n;
   const std::vector<double> g = grad_output.reshape({n, D}).to_vector<double>();
   std::vector<double> acc(static_cast<std::size_t>(num_weights * D), 0.0);
   std::vector<std::int64_t> count(static_cast<std::size_t>(num_weights), 0);

@@ -156,15 +156,11 @@ void sort_rows(const RowLayout& L, bool descending, Emit&& emit) {
   });
 }
 
-}  // namespace
-
-SortResult sort(const Tensor& x, std::int64_t dim, bool descending, bool stable) {
-  (void)stable;  // always stable (see sort.h)
-  detail::check_computable(x, "sort", "input");
-  const std::int64_t d = wrap_dim(dim, std::max<std::int64_t>(x.dim(), 1), "sort");
-  const RowLayout L = row_layout(x, d);
-  RowOutput o = make_output(x, d, L.n);
-  if (x.numel() == 0) return {o.values, o.indices};
+// Orders each row's (key, position) items with `arrange`, then writes the first `count` values and
+// their positions into the output row: the one write-out that sort() and topk() share.
+template <typename Arrange>
+void write_ordered_rows(const Tensor& x, const RowLayout& L, RowOutput& o, std::int64_t count, bool descending,
+                        Arrange&& arrange) {
   const Shape vs(o.values_p.strides().begin(), o.values_p.strides().end() - 1);
   const Shape is(o.indices_p.strides().begin(), o.indices_p.strides().end() - 1);
   const std::int64_t vstep = o.values_p.stride(-1), istep = o.indices_p.stride(-1);
@@ -174,10 +170,10 @@ SortResult sort(const Tensor& x, std::int64_t dim, bool descending, bool stable)
       T* vbase = static_cast<T*>(o.values_p.data_ptr());
       std::int64_t* ibase = static_cast<std::int64_t*>(o.indices_p.data_ptr());
       sort_rows<T>(L, descending, [&](std::int64_t r, const T* row, auto& items, auto& tmp) {
-        radix_sort(items, tmp);
+        arrange(items, tmp);
         T* vrow = vbase + detail::offset_of(r, L.outer_shape, vs);
         std::int64_t* irow = ibase + detail::offset_of(r, L.outer_shape, is);
-        for (std::int64_t i = 0; i < L.n; ++i) {
+        for (std::int64_t i = 0; i < count; ++i) {
           const std::uint32_t p = items[static_cast<std::size_t>(i)].pos;
           vrow[i * vstep] = row[static_cast<std::int64_t>(p) * L.stride];
           irow[i * istep] = p;
@@ -185,6 +181,18 @@ SortResult sort(const Tensor& x, std::int64_t dim, bool descending, bool stable)
       });
     }
   });
+}
+
+}  // namespace
+
+SortResult sort(const Tensor& x, std::int64_t dim, bool descending, bool stable) {
+  (void)stable;  // always stable (see sort.h)
+  detail::check_computable(x, "sort", "input");
+  const std::int64_t d = wrap_dim(dim, std::max<std::int64_t>(x.dim(), 1), "sort");
+  const RowLayout L = row_layout(x, d);
+  RowOutput o = make_output(x, d, L.n);
+  if (x.numel() == 0) return {o.values, o.indices};
+  write_ordered_rows(x, L, o, L.n, descending, [](auto& items, auto& tmp) { radix_sort(items, tmp); });
   return {o.values, o.indices};
 }
 
@@ -198,32 +206,15 @@ SortResult topk(const Tensor& x, std::int64_t k, std::int64_t dim, bool largest,
                k, L.n, d, shape_str(x.shape()));
   RowOutput o = make_output(x, d, k);
   if (o.values.numel() == 0) return {o.values, o.indices};
-  const Shape vs(o.values_p.strides().begin(), o.values_p.strides().end() - 1);
-  const Shape is(o.indices_p.strides().begin(), o.indices_p.strides().end() - 1);
-  const std::int64_t vstep = o.values_p.stride(-1), istep = o.indices_p.stride(-1);
-  visit_dtype(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (!detail::is_storage_only_v<T>) {
-      T* vbase = static_cast<T*>(o.values_p.data_ptr());
-      std::int64_t* ibase = static_cast<std::int64_t*>(o.indices_p.data_ptr());
-      sort_rows<T>(L, largest, [&](std::int64_t r, const T* row, auto& items, auto& tmp) {
-        using ItemT = typename std::decay_t<decltype(items)>::value_type;
-        // (key, position) is a total order, so the k selected are the k first of a stable sort.
-        auto before = [](const ItemT& a, const ItemT& b) { return a.key != b.key ? a.key < b.key : a.pos < b.pos; };
-        if (4 * k < L.n) {
-          std::nth_element(items.begin(), items.begin() + k, items.end(), before);
-          std::sort(items.begin(), items.begin() + k, before);
-        } else {
-          radix_sort(items, tmp);
-        }
-        T* vrow = vbase + detail::offset_of(r, L.outer_shape, vs);
-        std::int64_t* irow = ibase + detail::offset_of(r, L.outer_shape, is);
-        for (std::int64_t i = 0; i < k; ++i) {
-          const std::uint32_t p = items[static_cast<std::size_t>(i)].pos;
-          vrow[i * vstep] = row[static_cast<std::int64_t>(p) * L.stride];
-          irow[i * istep] = p;
-        }
-      });
+  write_ordered_rows(x, L, o, k, largest, [&](auto& items, auto& tmp) {
+    using ItemT = typename std::decay_t<decltype(items)>::value_type;
+    // (key, position) is a total order, so the k selected are the k first of a stable sort.
+    auto before = [](const ItemT& a, const ItemT& b) { return a.key != b.key ? a.key < b.key : a.pos < b.pos; };
+    if (4 * k < L.n) {
+      std::nth_element(items.begin(), items.begin() + k, items.end(), before);
+      std::sort(items.begin(), items.begin() + k, before);
+    } else {
+      radix_sort(items, tmp);
     }
   });
   return {o.values, o.indices};
