@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -50,7 +51,13 @@ struct OpDesc {
   Clock::time_point deadline;
   std::int64_t seq = 0;        // collectives: the group's sequence number; p2p: per-peer counter
   std::uint64_t p2p_slot_key = 0;
+  // all_to_all_single: rows to / from each rank (AllToAllOptions); empty: equal splits.
+  std::vector<std::int64_t> input_split_rows, output_split_rows;
 };
+
+// all_to_all_single's elements to (input) or from (output) each rank: the split sizes times the
+// elements per row, or equal blocks. Assumes make_header found the arguments valid.
+std::vector<std::int64_t> all_to_all_split_elements(const OpDesc& op, int world_size, bool input);
 
 struct WorkState {
   OpDesc op;
@@ -74,6 +81,10 @@ struct Header {
   std::int32_t root = -1;
   std::int64_t count_in = 0;   // elements
   std::int64_t count_out = 0;
+  // The algorithm options: ranks that cut the data differently would not match up.
+  std::uint64_t direct_max_bytes = 0;
+  std::uint64_t ring_chunk_bytes = 0;
+  std::uint8_t uneven_splits = 0;  // all_to_all_single with split sizes: a second round checks them
   char local_error[96] = {};   // non-empty: this rank's arguments are invalid (reason)
 };
 
@@ -111,9 +122,12 @@ struct GroupImpl : std::enable_shared_from_this<GroupImpl> {
   std::atomic<bool> broken{false};
   // Set by the watcher when another rank reported a failure of this generation through the store
   // ("g<gen>/failed"): a rank whose own peers are still connected would otherwise wait out its
-  // whole timeout.
+  // whole timeout. The watcher then also answers the roll call for this rank, so a live rank is
+  // counted even while its caller is busy elsewhere or the machine is loaded.
   std::atomic<bool> peer_failed{false};
   std::thread watcher;
+  std::mutex answer_mu;
+  std::int64_t answered = std::numeric_limits<std::int64_t>::min();  // guarded by answer_mu
   std::string broken_reason;  // guarded by queue_mu
 
   // Buffers a collective is waiting on, so abort() can release the waits.
@@ -122,6 +136,8 @@ struct GroupImpl : std::enable_shared_from_this<GroupImpl> {
 
   FlightRecorder recorder;
   DistLog log;
+  // Receive buffers of the ring reduce-scatter, reused across calls (calls run one at a time).
+  std::vector<std::byte> ring_scratch;
 
   GroupImpl() = default;
   ~GroupImpl();
@@ -135,9 +151,11 @@ struct GroupImpl : std::enable_shared_from_this<GroupImpl> {
   void abort_now(const std::string& why);
   // Marks the group unusable and closes every connection, so that peers fail at once.
   void mark_broken(const std::string& why);
-  // Writes this rank's "alive" key for the generation and waits up to `window` for the others';
-  // returns the ranks that did not answer (all others, with *note set, when the store is unreachable).
-  std::vector<int> roll_call(std::int64_t seq, std::chrono::milliseconds window, std::string* note);
+  // The roll call after a failure of collective `op` (see roll_call in process_group.cpp); returns
+  // the ranks that did not answer (all others, with *note set, when the store is unreachable).
+  std::vector<int> roll_call(const OpDesc& op, std::string* note);
+  // Writes "g<gen>/alive/<rank>" = the last sequence number this rank reached.
+  void answer_roll_call(std::int64_t reached);
   std::string trace_dump(const std::string& reason, const std::string& path) const;
 };
 
@@ -146,6 +164,7 @@ class Exec {
  public:
   Exec(GroupImpl& g, const OpDesc& op) : g_(g), op_(op) {}
   GroupImpl& group() { return g_; }
+  const GroupImpl& group() const { return g_; }
   const OpDesc& op() const { return op_; }
   int rank() const { return g_.rank; }
   int size() const { return g_.size; }

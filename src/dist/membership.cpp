@@ -1,9 +1,13 @@
 // Partial-group recovery: shrink(), reconfigure() and join().
 //
 // Protocol, all through the store under "<name>/":
-//  1. Each survivor of generation g writes "g<g>/alive/<rank>" (the failure roll call may already
-//     have) and waits until every rank of g has, or `window` passes; reconfigure() also waits for
-//     `min_joiners` restarted ranks, which took tickets from the counter "join/next".
+//  1. Each survivor of generation g writes "g<g>/alive/<rank>" and "g<g>/shrink/<rank>" and waits
+//     until every expected rank has arrived ("shrink/<rank>"), or `window` passes. After a failure
+//     was posted ("g<g>/failed"), the expected ranks are those that answered its roll call
+//     ("alive/<rank>": every live rank's watcher answers within ~50 ms), so a dead rank costs no
+//     wait and a live but slow one is waited for; otherwise every rank is expected.
+//     reconfigure() also waits for `min_joiners` restarted ranks, which took tickets from the
+//     counter "join/next".
 //  2. Each survivor proposes what it saw with set_if_absent("g<g>/decision", ...). The first
 //     proposal wins and every survivor adopts it, so all agree even if their views differed.
 //  3. New ranks: the listed survivors in order of old rank, then the admitted joiners in ticket
@@ -61,18 +65,31 @@ std::shared_ptr<GroupImpl> reform(GroupImpl& g, const ShrinkOptions& options, bo
 
   Store& store = *g.group_store;
   const std::string prefix = fmt::format("g{}/", g.generation);
-  store.set(prefix + "alive/" + std::to_string(g.rank), opname);
+  std::int64_t reached;
+  {
+    std::lock_guard<std::mutex> lock(g.queue_mu);
+    reached = g.next_seq - 1;
+  }
+  g.answer_roll_call(reached);
+  store.set(prefix + "shrink/" + std::to_string(g.rank), opname);
   const auto deadline = t0 + options.window;
   std::vector<int> present;
   std::int64_t joiners_upto = g.join_consumed;
   while (true) {
     present.clear();
+    const bool failure_posted = store.check({prefix + "failed"});
+    bool all_expected = true;
     for (int p = 0; p < g.size; ++p) {
-      if (store.check({prefix + "alive/" + std::to_string(p)})) present.push_back(p);
+      const std::string r = std::to_string(p);
+      if (store.check({prefix + "shrink/" + r})) {
+        present.push_back(p);
+      } else if (!failure_posted || store.check({prefix + "alive/" + r})) {
+        all_expected = false;
+      }
     }
     if (admit_joiners) joiners_upto = store.add("join/next", 0);
     const bool joiners_ok = !admit_joiners || joiners_upto - g.join_consumed >= options.min_joiners;
-    if ((static_cast<int>(present.size()) == g.size && joiners_ok) || Clock::now() >= deadline) break;
+    if ((all_expected && joiners_ok) || Clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 
@@ -83,7 +100,7 @@ std::shared_ptr<GroupImpl> reform(GroupImpl& g, const ShrinkOptions& options, bo
   if (it == d.members.end()) {
     throw DistError(DistErrorKind::broken, opname, -1, {},
                     fmt::format("{}: rank {} of generation {} was left out of generation {} (members agreed: [{}]); "
-                                "it answered after the {} ms window",
+                                "it arrived after the others had decided (window {} ms)",
                                 opname, g.rank, g.generation, g.generation + 1, fmt::join(d.members, ", "),
                                 options.window.count()));
   }

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/store.h>
@@ -228,17 +229,14 @@ void GroupImpl::release_waits() {
 }
 
 void GroupImpl::watcher_loop() {
+  // Polls whether or not a call is running: an idle or lagging rank must answer the roll call too,
+  // or the survivors would name it as missing and leave it out of the next generation.
   const std::string key = fmt::format("g{}/failed", generation);
   std::unique_lock<std::mutex> lock(queue_mu);
   while (!stopping) {
     queue_cv.wait_for(lock, std::chrono::milliseconds(50));
     if (stopping || peer_failed.load()) continue;
-    bool busy;
-    {
-      std::lock_guard<std::mutex> a(active_mu);
-      busy = !active.empty();
-    }
-    if (!busy) continue;
+    const std::int64_t reached = next_seq - 1;  // the last collective this rank's caller issued
     lock.unlock();
     bool failed = false;
     try {
@@ -249,6 +247,11 @@ void GroupImpl::watcher_loop() {
     if (failed) {
       peer_failed = true;
       release_waits();
+      try {
+        answer_roll_call(reached);
+      } catch (const std::exception&) {
+        // the failing call's own roll call reports the unreachable store
+      }
     }
     lock.lock();
   }
@@ -309,18 +312,51 @@ void GroupImpl::worker_loop() {
   }
 }
 
-std::vector<int> GroupImpl::roll_call(std::int64_t seq, std::chrono::milliseconds window, std::string* note) {
+void GroupImpl::answer_roll_call(std::int64_t reached) {
+  // Serialised and monotonic: the watcher's answer, computed before the failing call's own, must not
+  // overwrite it with a lower sequence number.
+  std::lock_guard<std::mutex> lock(answer_mu);
+  answered = std::max(answered, reached);
+  group_store->set(fmt::format("g{}/alive/{}", generation, rank), std::to_string(answered));
+}
+
+// The roll call: this rank answers, then reads the others' answers ("g<gen>/alive/<rank>" = the last
+// sequence number that rank reached; its watcher answers within ~50 ms of "g<gen>/failed" appearing).
+//  * A rank that answered with a sequence number >= op.seq took part in the failed collective.
+//  * A rank that answered with a lower one is alive but had not reached it. Before the deadline it
+//    may still be on its way, so it is waited for; after the deadline it is the reason for it.
+//  * A rank that did not answer at all is dead, frozen or cut off: waited for until `until`.
+// `until` leaves a live rank on a loaded machine ample time to answer, while the error still
+// arrives within timeout + 2 s of the call. p2p counters are per peer, so any answer counts there.
+std::vector<int> GroupImpl::roll_call(const OpDesc& op, std::string* note) {
+  constexpr auto kWindow = std::chrono::milliseconds(2000);
+  constexpr auto kPastDeadline = std::chrono::milliseconds(1500);
+  const auto now = Clock::now();
+  const auto until = std::min(now + kWindow, std::max(op.deadline + kPastDeadline, now + std::chrono::milliseconds(250)));
+  const std::int64_t need = is_p2p(op.kind) ? std::numeric_limits<std::int64_t>::min() : op.seq;
   std::vector<int> missing;
-  const std::string prefix = fmt::format("g{}/alive/", generation);
   try {
-    group_store->set(prefix + std::to_string(rank), std::to_string(seq));
-    const auto deadline = Clock::now() + window;
+    answer_roll_call(op.seq);
+    const std::string prefix = fmt::format("g{}/alive/", generation);
     while (true) {
       missing.clear();
+      bool waiting = false;
+      const bool past_deadline = Clock::now() >= op.deadline;
       for (int p = 0; p < size; ++p) {
-        if (p != rank && !group_store->check({prefix + std::to_string(p)})) missing.push_back(p);
+        if (p == rank) continue;
+        const auto answer = group_store->try_get(prefix + std::to_string(p));
+        std::int64_t reached = std::numeric_limits<std::int64_t>::min();
+        if (answer) {
+          try {
+            reached = std::stoll(*answer);
+          } catch (const std::exception&) {
+          }
+        }
+        if (answer && reached >= need) continue;
+        missing.push_back(p);
+        if (!answer || !past_deadline) waiting = true;
       }
-      if (missing.empty() || Clock::now() >= deadline) break;
+      if (!waiting || Clock::now() >= until) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   } catch (const std::exception& e) {
@@ -347,16 +383,16 @@ std::string GroupImpl::trace_dump(const std::string& reason, const std::string& 
   }
   const std::filesystem::path p(target);
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
-  // Atomic: write a temporary file, fsync, rename.
+  // Atomic: write a temporary file, rename. No fsync: the dump must survive this process, not the
+  // machine, and an fsync behind a busy disk could hold the error past the call's bound.
   static std::atomic<int> counter{0};
   const std::string tmp = fmt::format("{}.tmp.{}.{}", target, ::getpid(), counter.fetch_add(1));
   {
     std::FILE* f = std::fopen(tmp.c_str(), "wb");
     LMCORE_CHECK(f != nullptr, "dump_trace: cannot write '{}': {}", tmp, std::strerror(errno));
     const std::string text = trace_dump_to_json(d);
-    const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
-                    ::fsync(fileno(f)) == 0;
-    std::fclose(f);
+    bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    ok = std::fclose(f) == 0 && ok;
     if (!ok) {
       std::remove(tmp.c_str());
       fail("dump_trace: writing '{}' failed", tmp);
@@ -477,13 +513,14 @@ void GroupImpl::execute(WorkState& w) {
       msg = fmt::format("{}: aborted", where);
     } else {
       std::string note;
-      const auto window = std::chrono::milliseconds(1500);
-      missing = roll_call(op.seq, window, &note);
+      const auto roll_start = Clock::now();
+      missing = roll_call(op, &note);
+      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - roll_start);
       const std::string what = kind == DistErrorKind::timeout
                                    ? fmt::format("timed out after {} ms", op.timeout.count())
                                    : fmt::format("a connection failed ({})", cause);
-      msg = fmt::format("{}: {}; ranks that did not answer within {} ms: [{}]{}", where, what, window.count(),
-                        fmt::join(missing, ", "), note);
+      msg = fmt::format("{}: {}; ranks that did not reach it or answer the roll call within {} ms: [{}]{}", where,
+                        what, waited.count(), fmt::join(missing, ", "), note);
     }
     error_text = msg;
     status = kind == DistErrorKind::aborted ? "aborted" : kind == DistErrorKind::timeout ? "timeout" : "peer_failure";
@@ -714,6 +751,12 @@ Work ProcessGroup::reduce_scatter_single_async(Tensor output, Tensor input, cons
 Work ProcessGroup::all_to_all_single_async(Tensor output, Tensor input, const CallOptions& options) {
   return enqueue(make_op(detail::OpKind::all_to_all, std::move(output), std::move(input), options.timeout));
 }
+Work ProcessGroup::all_to_all_single_async(Tensor output, Tensor input, const AllToAllOptions& options) {
+  auto s = make_op(detail::OpKind::all_to_all, std::move(output), std::move(input), options.timeout);
+  s->op.output_split_rows = options.output_split_sizes;
+  s->op.input_split_rows = options.input_split_sizes;
+  return enqueue(std::move(s));
+}
 Work ProcessGroup::barrier_async(const CallOptions& options) {
   return enqueue(make_op(detail::OpKind::barrier, Tensor(), Tensor(), options.timeout));
 }
@@ -744,6 +787,10 @@ void ProcessGroup::reduce_scatter_single(Tensor& output, const Tensor& input, co
   reduce_scatter_single_async(output, input, options).wait();
 }
 void ProcessGroup::all_to_all_single(Tensor& output, const Tensor& input, const CallOptions& options) {
+  BlockingScope scope;
+  all_to_all_single_async(output, input, options).wait();
+}
+void ProcessGroup::all_to_all_single(Tensor& output, const Tensor& input, const AllToAllOptions& options) {
   BlockingScope scope;
   all_to_all_single_async(output, input, options).wait();
 }

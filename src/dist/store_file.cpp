@@ -1,5 +1,5 @@
 // The file store: one file per key in a directory every rank can see (one machine, or a shared file
-// system). Values are written to a temporary file, fsynced, then renamed (set) or hard-linked
+// system). Values are written to a temporary file, closed, then renamed (set) or hard-linked
 // (set_if_absent: link(2) fails when the name exists, so exactly one writer wins). add() serialises
 // its read-modify-write with flock(2) on a lock file.
 #include <fcntl.h>
@@ -144,12 +144,9 @@ class FileStore final : public Store {
       }
       done += static_cast<std::size_t>(n);
     }
-    // fsync: a reader on another process must never see a name whose data is not there yet.
-    if (::fsync(fd.get()) != 0) {
-      const int e = errno;
-      ::unlink(tmp.c_str());
-      throw StoreError(fmt::format("file store {}: fsync of key '{}' failed: {}", dir_, key, std::strerror(e)));
-    }
+    // No fsync: readers are other processes, which see the page cache (or, on NFS, the data that
+    // close() flushed before the rename), and rendezvous keys need not outlive the machine. An fsync
+    // behind a busy disk can take seconds, which would hold up the roll call after a failure.
     return tmp;
   }
 

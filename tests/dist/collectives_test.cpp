@@ -152,6 +152,80 @@ TEST_P(Collectives, EveryCollectiveAndDTypeMatchesLocalComputation) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives, ::testing::Values(2, 3, 4));
 
+// The rings with many small pieces in flight (odd piece sizes, segments of unequal length, both
+// receive buffers reused), and the direct algorithms on every size: the defaults reach these
+// paths only with megabytes of data.
+void pieces_and_direct(int rank, int n, const std::string& store, std::size_t direct_max, std::size_t chunk) {
+  GroupOptions o = testing::group_options(rank, n, store);
+  o.direct_max_bytes = direct_max;
+  o.ring_chunk_bytes = chunk;
+  ProcessGroup pg(o);
+  const std::string how = fmt::format("direct_max_bytes {} ring_chunk_bytes {}", direct_max, chunk);
+  for (DType dt : {DType::f32, DType::i64}) {
+    const std::string dn(dtype_name(dt));
+    for (std::int64_t count : {std::int64_t{37}, std::int64_t{5001}}) {
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
+        Tensor t = filled(dt, count, rank, false);
+        pg.all_reduce(t, testing::reduce_options(op));
+        check_close(t, [&](std::int64_t i) { return expected_reduce(dt, op, n, i, 1.0); },
+                    fmt::format("all_reduce {} {} x{} ({})", reduce_op_name(op), dn, count, how));
+        Tensor in = filled(dt, count * n, rank, false);
+        Tensor out = Tensor::empty({count}, dt);
+        pg.reduce_scatter_single(out, in, testing::reduce_options(op));
+        check_close(out, [&](std::int64_t i) { return expected_reduce(dt, op, n, rank * count + i, 1.0); },
+                    fmt::format("reduce_scatter_single {} {} x{} ({})", reduce_op_name(op), dn, count, how));
+      }
+      Tensor gin = filled(dt, count, rank, false);
+      Tensor gout = Tensor::empty({count * n}, dt);
+      pg.all_gather_single(gout, gin);
+      check_close(gout, [&](std::int64_t i) { return value(dt, static_cast<int>(i / count), i % count, false); },
+                  fmt::format("all_gather_single {} x{} ({})", dn, count, how));
+    }
+  }
+}
+
+TEST_P(Collectives, RingsInSmallPiecesAndDirectAlgorithmsMatchLocalComputation) {
+  const int n = GetParam();
+  const std::string store = fresh_store("pieces");
+  EXPECT_TRUE(run_ranks(n, [&](int rank) {
+    pieces_and_direct(rank, n, store + "/ring", 0, 1000);         // rings only, ~1000-byte pieces
+    pieces_and_direct(rank, n, store + "/direct", 1 << 30, 1000);  // direct algorithms only
+  }));
+}
+
+// all_to_all_single with split sizes: rank k sends rows[k][j] rows (of 3 elements) to rank j, some
+// of them none; row i of rank k's input holds k * 1000 + i.
+TEST(Collectives, AllToAllWithSplitSizesMatchesLocalComputation) {
+  const int n = 3;
+  const std::string store = fresh_store("a2a-splits");
+  auto rows = [](int k, int j) -> std::int64_t { return (k + 2 * j) % 4; };
+  EXPECT_TRUE(run_ranks(n, [&](int rank) {
+    ProcessGroup pg(testing::group_options(rank, n, store));
+    AllToAllOptions o;
+    std::int64_t in_rows = 0, out_rows = 0;
+    for (int j = 0; j < n; ++j) {
+      o.input_split_sizes.push_back(rows(rank, j));
+      o.output_split_sizes.push_back(rows(j, rank));
+      in_rows += rows(rank, j);
+      out_rows += rows(j, rank);
+    }
+    Tensor in = Tensor::empty({in_rows, 3}, DType::i32);
+    for (std::int64_t i = 0; i < in_rows * 3; ++i) in.data<std::int32_t>()[i] = static_cast<std::int32_t>(rank * 1000 + i / 3);
+    Tensor out = Tensor::full({out_rows, 3}, -1, DType::i32);
+    pg.all_to_all_single(out, in, o);
+    std::vector<std::int32_t> want;
+    for (int k = 0; k < n; ++k) {
+      std::int64_t first = 0;  // rank k's first row for this rank
+      for (int j = 0; j < rank; ++j) first += rows(k, j);
+      for (std::int64_t i = 0; i < rows(k, rank); ++i) {
+        for (int c = 0; c < 3; ++c) want.push_back(static_cast<std::int32_t>(k * 1000 + first + i));
+      }
+    }
+    RANK_CHECK(out.to_vector<std::int32_t>() == want, "all_to_all_single with splits: got [{}], expected [{}]",
+               fmt::join(out.to_vector<std::int32_t>(), ","), fmt::join(want, ","));
+  }));
+}
+
 TEST(Collectives, DeprecatedAliasesWarnOncePerProcessAndWork) {
   const std::string store = fresh_store("alias");
   const std::string logdir = testing::fresh_dir("alias-log");
@@ -237,6 +311,34 @@ TEST(Mismatch, WrongOutputSizeOnOneRankIsReportedEverywhere) {
     Tensor out = Tensor::zeros({rank == 2 ? 5 : 4}, DType::f32);
     pg.reduce_scatter_single(out, in);
   }, "invalid here");
+}
+
+TEST(Mismatch, AlgorithmOptionsDifferAcrossRanks) {
+  const std::string store = fresh_store("mismatch-options");
+  EXPECT_TRUE(run_ranks(2, [&](int rank) {
+    GroupOptions o = testing::group_options(rank, 2, store, std::chrono::seconds(10));
+    if (rank == 1) o.ring_chunk_bytes = 4096;
+    ProcessGroup pg(o);
+    Tensor t = Tensor::zeros({1 << 18}, DType::f32);
+    try {
+      pg.all_reduce(t);
+      RANK_CHECK(false, "all_reduce with different ring_chunk_bytes succeeded");
+    } catch (const DistError& e) {
+      RANK_CHECK(e.kind() == DistErrorKind::mismatch && std::string(e.what()).find("ring_chunk_bytes 4096") != std::string::npos,
+                 "{}", e.what());
+    }
+  }));
+}
+
+TEST(Mismatch, AllToAllSplitSizesDisagree) {
+  expect_mismatch_everywhere(3, [](ProcessGroup& pg, int rank) {
+    // Every rank sends 2 rows to each rank, but rank 1 expects 3 rows from rank 0 and 1 from rank 2.
+    AllToAllOptions o;
+    o.input_split_sizes = {2, 2, 2};
+    o.output_split_sizes = rank == 1 ? std::vector<std::int64_t>{3, 2, 1} : std::vector<std::int64_t>{2, 2, 2};
+    Tensor in = Tensor::zeros({6}, DType::f32), out = Tensor::zeros({6}, DType::f32);
+    pg.all_to_all_single(out, in, o);
+  }, "rank 0 sends 2 elements to rank 1, which expects 3");
 }
 
 TEST(Mismatch, SendRecvSizes) {

@@ -126,6 +126,45 @@ TEST(FaultTolerance, KillDuringAllReduceThenShrinkAndRejoin) { kill_shrink_rejoi
 
 TEST(FaultTolerance, KillDuringReduceScatterThenShrinkAndRejoin) { kill_shrink_rejoin(4, 1, Victim::reduce_scatter); }
 
+// A survivor slowed down (as on a loaded machine) still counts: it is not named missing although it
+// reaches the failed collective a second late, and shrink() waits for it; the dead rank costs shrink()
+// no wait at all, since it never answered the roll call.
+TEST(FaultTolerance, SlowSurvivorCountsAndTheDeadRankCostsShrinkNoWait) {
+  const std::string store = fresh_store("slow");
+  const auto timeout = std::chrono::milliseconds(4000);
+  const int victim = 2;
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 3; ++r) {
+    pids.push_back(spawn([&, r] {
+      ProcessGroup pg(group_options(r, 3, store, timeout));
+      pg.barrier();
+      if (r == victim) raise(SIGKILL);
+      if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+      Tensor t = Tensor::full({1000}, 1, DType::f32);
+      try {
+        pg.all_reduce(t);
+        RANK_CHECK(false, "all_reduce with a dead rank succeeded");
+      } catch (const DistError& e) {
+        RANK_CHECK(e.seq() == 1 && e.missing_ranks() == std::vector<int>{victim}, "seq {} missing [{}]: {}", e.seq(),
+                   fmt::join(e.missing_ranks(), ","), e.what());
+      }
+      ShrinkOptions so;
+      so.window = std::chrono::milliseconds(10000);
+      const auto t0 = Clock::now();
+      ProcessGroup small = pg.shrink(so);
+      const double ms = ms_since(t0);
+      std::fprintf(stderr, "[rank %d] shrink() without the dead rank took %.0f ms (window 10000 ms)\n", r, ms);
+      RANK_CHECK(small.world_size() == 2 && small.rank() == r, "shrunk to rank {} of {}", small.rank(), small.world_size());
+      RANK_CHECK(ms < 6000, "shrink() took {} ms: it waited for the dead rank", ms);
+      check_group_computes(small, "after shrink");
+    }, fmt::format("rank {}", r)));
+  }
+  const std::vector<int> st = wait_all(pids);
+  EXPECT_TRUE(WIFSIGNALED(st[victim]) && WTERMSIG(st[victim]) == SIGKILL);
+  EXPECT_TRUE(testing::exited_ok(st[0]));
+  EXPECT_TRUE(testing::exited_ok(st[1]));
+}
+
 TEST(FaultTolerance, AbsentRankTimesOutNamingItAndTraceNamesIt) {
   const std::string store = fresh_store("absent");
   const std::string traces = testing::fresh_dir("absent-trace");

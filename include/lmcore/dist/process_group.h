@@ -19,7 +19,7 @@
 //    naming each rank's view, before any payload moves: never a hang, never wrong data.
 //  * No call blocks past its timeout (per group, overridable per call). When a peer dies or stops
 //    answering, every survivor gets a DistError naming the op, its sequence number and the ranks that
-//    did not answer a roll call through the store, within timeout + 2 s.
+//    did not reach the call or answer a roll call through the store, within timeout + 2 s.
 //  * abort() from any thread releases blocked calls (they throw DistError, kind aborted).
 //  * After a failure the group is broken; survivors call shrink() (or reconfigure(), which also
 //    admits restarted ranks that called join()) to get a new group with ranks renumbered in order of
@@ -91,6 +91,12 @@ struct GroupOptions {
   // Address Gloo listens on. Empty: LMCORE_DIST_HOST, else 127.0.0.1 for a file store, else the
   // local address that routes to the Redis host.
   std::string host;
+  // Algorithm choice (defaults measured by `lmcore bench comm`). Up to direct_max_bytes of the full
+  // buffer, all_gather_single, reduce_scatter_single and all_reduce send each block straight to the
+  // rank that needs it (one latency); above, they run rings whose segments are pipelined in pieces of
+  // about ring_chunk_bytes.
+  std::size_t direct_max_bytes = 256 * 1024;
+  std::size_t ring_chunk_bytes = 1024 * 1024;
   int trace_size = 256;     // flight recorder entries (LMCORE_DIST_TRACE_SIZE)
   std::string trace_dir;    // where dumps go (LMCORE_DIST_TRACE_DIR; default $TMPDIR/lmcore-trace)
 };
@@ -104,8 +110,17 @@ struct ReduceOptions {
   double premul_factor = 1.0;  // for premul_sum
   std::chrono::milliseconds timeout{0};
 };
+// all_to_all_single's split sizes along dim 0, as in torch: input_split_sizes[j] rows of the input
+// go to rank j, output_split_sizes[j] rows of the output come from rank j. Empty: equal splits.
+// Rank r's input_split_sizes[j] must equal rank j's output_split_sizes[r]; checked on every rank.
+struct AllToAllOptions {
+  std::vector<std::int64_t> output_split_sizes;
+  std::vector<std::int64_t> input_split_sizes;
+  std::chrono::milliseconds timeout{0};
+};
 struct ShrinkOptions {
-  // How long survivors wait for each other in the roll call before deciding who is alive.
+  // How long survivors wait for each other before deciding who is alive. After a failure only the
+  // ranks that answered its roll call are waited for (a dead rank costs no wait); otherwise all are.
   std::chrono::milliseconds window{3000};
   // reconfigure(): wait (within the window) until at least this many restarted ranks have asked to
   // join. shrink() admits none.
@@ -164,6 +179,8 @@ class ProcessGroup {
   void reduce_scatter_single(Tensor& output, const Tensor& input, const ReduceOptions& options = {});
   // Equal splits along dim 0: block j of input goes to rank j; block j of output comes from rank j.
   void all_to_all_single(Tensor& output, const Tensor& input, const CallOptions& options = {});
+  // Uneven splits (see AllToAllOptions).
+  void all_to_all_single(Tensor& output, const Tensor& input, const AllToAllOptions& options);
   void barrier(const CallOptions& options = {});
   void send(const Tensor& tensor, int dst, const CallOptions& options = {});
   void recv(Tensor& tensor, int src, const CallOptions& options = {});
@@ -178,6 +195,7 @@ class ProcessGroup {
   Work all_gather_single_async(Tensor output, Tensor input, const CallOptions& options = {});
   Work reduce_scatter_single_async(Tensor output, Tensor input, const ReduceOptions& options = {});
   Work all_to_all_single_async(Tensor output, Tensor input, const CallOptions& options = {});
+  Work all_to_all_single_async(Tensor output, Tensor input, const AllToAllOptions& options);
   Work barrier_async(const CallOptions& options = {});
   Work send_async(Tensor tensor, int dst, const CallOptions& options = {});
   Work recv_async(Tensor tensor, int src, const CallOptions& options = {});
