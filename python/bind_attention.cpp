@@ -159,11 +159,13 @@ void bind_attention(py::module_& m) {
   m.def(
       "flex_attention_backward",
       [](const py::object& q, const py::object& k, const py::object& v, const py::object& out, const py::object& lse,
-         const py::object& d_out, const BlockMask* block_mask, const py::object& score_mod, double scale) {
+         const py::object& d_out, const BlockMask* block_mask, const py::object& score_mod, double scale,
+         bool return_score_mod_grads) {
         FlexOptions o;
         o.block_mask = block_mask;
         o.score_mod = to_score_mod(score_mod);
         o.scale = scale;
+        o.score_mod_grads = return_score_mod_grads;
         const Tensor tq = to_tensor(q, "q"), tk = to_tensor(k, "k"), tv = to_tensor(v, "v");
         const Tensor to = to_tensor(out, "out"), tl = to_tensor(lse, "lse"), tg = to_tensor(d_out, "d_out");
         FlexGrads g;
@@ -171,11 +173,15 @@ void bind_attention(py::module_& m) {
           py::gil_scoped_release release;
           g = flex_attention_backward(tq, tk, tv, to, tl, tg, o);
         }
+        if (return_score_mod_grads) return py::make_tuple(g.dq, g.dk, g.dv, py::cast(g.score_mod_grads));
         return py::make_tuple(g.dq, g.dk, g.dv);
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("d_out"),
       py::arg("block_mask") = nullptr, py::arg("score_mod") = py::none(), py::arg("scale") = 0.0,
-      "Gradients (dq, dk, dv) of flex_attention, deterministic at a fixed thread count.");
+      py::arg("return_score_mod_grads") = false,
+      "Gradients (dq, dk, dv) of flex_attention, deterministic at a fixed thread count. With "
+      "return_score_mod_grads: (dq, dk, dv, grads), grads a list with the f32 gradient of each parameter table of "
+      "score_mod in chain order (relative_position_bias [rows, 2R + 1], alibi [slopes]).");
 
   auto sdpa_options = [](const py::object& attn_mask, bool causal, double scale) {
     SdpaOptions o;

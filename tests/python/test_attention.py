@@ -133,6 +133,51 @@ def test_flex_score_mods_match_torch():
                     lambda s, b, h, qq, kv: s * 0.5, lambda s, b, h, qq, kv: s * 0.5, backward=False)
 
 
+def test_flex_score_mod_parameter_grads_match_torch_autograd():
+    """Gradients of the ALiBi slopes and the relative-position bias table (also chained through a
+    softcap) against torch autograd through the same score function."""
+    q, k, v, d_out = random_inputs(1, 4, 2, 37, 45, 16, 16, seed=31)
+    B, Hq, L, _ = q.shape
+    S = k.shape[2]
+    qi, ki = grid(L, S)
+    R = 6
+    slopes = lmcore.ScoreMod.alibi_slopes(4)
+    bias = np.linspace(-0.8, 0.6, 4 * (2 * R + 1), dtype=np.float32)
+    cases = [
+        ("alibi, window", lmcore.MaskMod.sliding_window(20), lambda qq, kv: (kv <= qq) & (qq - kv <= 20),
+         [np.array(slopes, dtype=np.float32)], lambda ts: lmcore.ScoreMod.alibi(ts[0]),
+         lambda p, s, h, qq, kv: s + p[0].view(1, 4, 1, 1) * (kv - qq)),
+        ("per-head bias then softcap, causal", lmcore.MaskMod.causal(), lambda qq, kv: kv <= qq,
+         [bias.reshape(4, 2 * R + 1)],
+         lambda ts: lmcore.ScoreMod.relative_position_bias(ts[0], R).then(lmcore.ScoreMod.softcap(2.0)),
+         lambda p, s, h, qq, kv: 2.0 * torch.tanh((s + p[0][h, (qq - kv).clamp(-R, R) + R]) / 2.0)),
+        ("shared bias then alibi, all", lmcore.MaskMod.all(), lambda qq, kv: torch.ones_like(qq + kv, dtype=torch.bool),
+         [bias[: 2 * R + 1].reshape(1, 2 * R + 1), np.array(slopes, dtype=np.float32)],
+         lambda ts: lmcore.ScoreMod.relative_position_bias(ts[0], R).then(lmcore.ScoreMod.alibi(ts[1])),
+         lambda p, s, h, qq, kv: s + p[0][0, (qq - kv).clamp(-R, R) + R] + p[1].view(1, 4, 1, 1) * (kv - qq)),
+    ]
+    for name, mask_mod, torch_mask, tables, make_mod, torch_fn in cases:
+        mod = make_mod([t.reshape(-1).tolist() for t in tables])
+        bm = lmcore.create_block_mask(mask_mod, 1, 1, L, S, 16, 16)
+        out, lse = lmcore.flex_attention(q, k, v, block_mask=bm, score_mod=mod, return_lse=True)
+        dq, dk, dv, grads = lmcore.flex_attention_backward(q, k, v, out, lse, d_out, block_mask=bm, score_mod=mod,
+                                                           return_score_mod_grads=True)
+        params = [torch.tensor(t, dtype=torch.float64, requires_grad=True) for t in tables]
+        tq, tk, tv = (x.double().requires_grad_() for x in (q, k, v))
+        ref_out, _ = torch_attention(tq, tk, tv, torch_mask(qi, ki),
+                                     lambda s, b, h, qq, kv: torch_fn(params, s, h, qq, kv))
+        ref_out.backward(d_out.double())
+        assert len(grads) == len(params), name
+        for i, (got, p) in enumerate(zip(grads, params)):
+            got = to_torch(got)
+            assert got.dtype == torch.float32 and got.shape == p.shape and not torch.isnan(got).any(), name
+            got = got.double()
+            torch.testing.assert_close(got, p.grad, atol=5e-4, rtol=5e-4, msg=lambda m: f"{name}, table {i}: {m}")
+        torch.testing.assert_close(to_torch(dq).double(), tq.grad, atol=4e-4, rtol=4e-4)
+        # Without the flag the result stays (dq, dk, dv).
+        assert len(lmcore.flex_attention_backward(q, k, v, out, lse, d_out, block_mask=bm, score_mod=mod)) == 3
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_flex_low_precision(dtype):
     q, k, v, d_out = random_inputs(1, 2, 2, 50, 50, 16, 16, seed=21, dtype=dtype)
