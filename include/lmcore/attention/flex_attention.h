@@ -11,8 +11,8 @@
 //
 // Inputs are f32, bf16 or f16 (all three the same dtype), any strides; arithmetic is f32. D and Dv are at
 // most 256; L and S are any length (the last block of each is short). Per (b, head, query block) the
-// kernel walks the listed key blocks in increasing order with an online softmax, multiplying
-// query-block x key-block tiles with sgemm; empty blocks are never touched and fully allowed blocks
+// kernel walks the listed key blocks in increasing order with an online softmax, multiplying the
+// query block with runs of consecutive key blocks (up to 512 keys at a time) with sgemm; empty blocks are never touched and fully allowed blocks
 // never evaluate the mask. A query row with no allowed key gives out = 0 and lse = -inf (and zero
 // gradients), never NaN.
 //
