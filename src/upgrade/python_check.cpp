@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -164,6 +165,8 @@ std::unordered_map<std::uint32_t, NoqaLine> noqa_lines(const TokenizedSource& ts
   std::unordered_map<std::uint32_t, NoqaLine> out;
   for (const Token& t : ts.comments) {
     std::string_view c = ts.text(t);
+    // Nearly no comment is a noqa one: two memchr calls rule most out before the byte-wise search.
+    if (!std::memchr(c.data(), 'q', c.size()) && !std::memchr(c.data(), 'Q', c.size())) continue;
     std::size_t k = std::string_view::npos;
     for (std::size_t i = 0; i + 4 <= c.size(); ++i) {
       if ((c[i] | 0x20) == 'n' && (c[i + 1] | 0x20) == 'o' && (c[i + 2] | 0x20) == 'q' && (c[i + 3] | 0x20) == 'a') {
@@ -289,7 +292,7 @@ class Checker {
     const Token& t = u.tok[i];
     return u.src->source.substr(t.begin, t.end - t.begin);
   }
-  static bool is_op(const Unit& u, int i, std::string_view op) {
+  [[gnu::always_inline]] static bool is_op(const Unit& u, int i, std::string_view op) {
     if (i < 0 || i >= u.n) return false;
     const Token& t = u.tok[i];
     // c0/c1 hold the op's first bytes, so most comparisons touch no source text.
@@ -331,9 +334,12 @@ class Checker {
     return s;
   }
 
+  // 4096 bits: a large file binds a few hundred names, which would fill a smaller filter.
+  static constexpr unsigned kBloomBits = 4096;
   static unsigned bloom_slot(std::string_view w) {
+    const unsigned mid = static_cast<unsigned char>(w[w.size() / 2]);
     return (static_cast<unsigned>(w.size()) * 131u + static_cast<unsigned char>(w[0]) * 7u +
-            static_cast<unsigned char>(w.back())) & 255u;
+            static_cast<unsigned char>(w.back()) * 17u + mid * 257u) & (kBloomBits - 1);
   }
   const Binding* lookup(std::string_view name) const {
     // Most names are not bound; a 256-bit filter skips hashing them.
@@ -602,7 +608,8 @@ class Checker {
     if (!b && (star_modules_.empty() || !is_target_leaf(head))) return;
     if (b && b->local_def && !find_rename(b->qualified)) return;
     if (b && !starts_with(b->qualified, "torch")) return;
-    std::vector<int> parts;
+    std::vector<int>& parts = chain_parts_;  // member scratch: no allocation per call
+    parts.clear();
     read_dotted(u, i, parts);
     std::string q;
     bool head_aliased = false;
@@ -663,7 +670,8 @@ class Checker {
       int h = r;
       while (h >= 2 && is_op(u, h - 1, ".") && is_name(u, h - 2)) h -= 2;
       if (h >= 1 && is_op(u, h - 1, ".")) return Receiver::unknown;  // f().a.b
-      std::vector<int> parts;
+      std::vector<int>& parts = receiver_parts_;  // member scratch: no allocation per call
+      parts.clear();
       for (int k = h; k <= r; k += 2) parts.push_back(k);
       const std::string_view head = text(u, h);
       if (const Binding* b = lookup(head)) {
@@ -683,7 +691,8 @@ class Checker {
         int h = open - 1;
         while (h >= 2 && is_op(u, h - 1, ".") && is_name(u, h - 2)) h -= 2;
         if (h >= 1 && is_op(u, h - 1, ".")) return Receiver::unknown;
-        std::vector<int> parts;
+        std::vector<int>& parts = receiver_parts_;  // member scratch: no allocation per call
+        parts.clear();
         for (int k = h; k <= open - 1; k += 2) parts.push_back(k);
         const std::string q = resolve(u, parts);
         if (returns_tensor(q)) return Receiver::tensor;
@@ -871,7 +880,8 @@ class Checker {
   void check_call(const Unit& u, int open) {
     if (!call_might_match(u, open)) return;
     const int prev = open - 1;
-    std::vector<int> parts;
+    std::vector<int>& parts = call_parts_;  // member scratch: no allocation per call
+    parts.clear();
     std::string_view method;
     Receiver recv = Receiver::unknown;
     std::string q;
@@ -970,11 +980,14 @@ class Checker {
 
   const PythonContext& ctx_;
   BindingMap bindings_;
-  std::array<std::uint64_t, 4> bloom_{};
+  std::array<std::uint64_t, kBloomBits / 64> bloom_{};
   NameSet tensor_names_;
   std::vector<std::string> star_modules_;
   std::vector<ImportFix> import_fixes_;
   std::vector<Finding> findings_;
+  // Scratch token-index lists, kept to save an allocation per resolved chain.
+  std::vector<int> chain_parts_, call_parts_;
+  mutable std::vector<int> receiver_parts_;
 };
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -85,15 +86,27 @@ std::optional<Kind> kind_of(const fs::path& p, std::optional<PinFileKind>& pin) 
   return std::nullopt;
 }
 
+// Whether a folder holds an __init__.py, remembered per folder: every file of a package asks about
+// the same chain of parents, and each question is a path lookup in the kernel.
+using PackageCache = std::unordered_map<std::string, bool>;
+bool is_package_dir(const fs::path& dir, PackageCache& cache) {
+  auto [it, inserted] = cache.try_emplace(dir.native(), false);
+  if (inserted) {
+    std::error_code ec;
+    it->second = fs::exists(dir / "__init__.py", ec);
+  }
+  return it->second;
+}
+
 // Dotted module name from the chain of parent folders that hold an __init__.py.
-std::string module_name(const fs::path& file, bool& package_init) {
+std::string module_name(const fs::path& file, bool& package_init, PackageCache& cache) {
   std::error_code ec;
   const fs::path abs = fs::absolute(file, ec);
   package_init = abs.filename() == "__init__.py";
   std::vector<std::string> parts;
   if (!package_init) parts.push_back(abs.stem().string());
   fs::path dir = abs.parent_path();
-  while (!dir.empty() && fs::exists(dir / "__init__.py", ec)) {
+  while (!dir.empty() && is_package_dir(dir, cache)) {
     parts.push_back(dir.filename().string());
     if (dir == dir.parent_path()) break;
     dir = dir.parent_path();
@@ -220,6 +233,7 @@ ScanResult scan(const ScanOptions& options) {
                                                  default_excluded_dirs().end());
   std::vector<Job> jobs;
   std::vector<Finding> walk_errors;
+  PackageCache packages;
   auto add_job = [&](const fs::path& path, const std::string& display) {
     std::optional<PinFileKind> pin;
     const auto kind = kind_of(path, pin);
@@ -231,7 +245,7 @@ ScanResult scan(const ScanOptions& options) {
     j.pin = pin;
     std::error_code ec;
     j.size = fs::file_size(path, ec);
-    if (j.kind == Kind::python) j.module = module_name(path, j.package_init);
+    if (j.kind == Kind::python) j.module = module_name(path, j.package_init, packages);
     jobs.push_back(std::move(j));
   };
   for (const auto& given : options.paths) {

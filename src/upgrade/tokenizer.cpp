@@ -159,6 +159,29 @@ constexpr CharTable kChars;
 bool is_ident_start(unsigned char c) { return kChars.start[c]; }
 bool is_ident_char(unsigned char c) { return kChars.ident[c]; }
 
+// Bytes that end a run of plain string-body bytes: quotes, backslash, line ends and (for f-strings)
+// braces. Docstrings are a large share of the bytes of a typical tree, so their bodies are skipped
+// with one table lookup per byte instead of a chain of comparisons.
+struct StringStopTable {
+  bool plain[256] = {}, fstring[256] = {};
+  constexpr StringStopTable() {
+    for (const unsigned char c : {'"', '\'', '\\', '\n', '\r'}) plain[c] = fstring[c] = true;
+    fstring[static_cast<unsigned char>('{')] = fstring[static_cast<unsigned char>('}')] = true;
+  }
+};
+constexpr StringStopTable kStringStops;
+
+// Single-byte operators and delimiters (the bytes scan_op accepts on their own).
+struct OpTable {
+  bool single[256] = {};
+  constexpr OpTable() {
+    for (const unsigned char c : {'+', '-', '*', '/', '%', '@', '&', '|', '^', '~', '<', '>', '(', ')', '[', ']',
+                                  '{', '}', ',', ':', ';', '.', '='})
+      single[c] = true;
+  }
+};
+constexpr OpTable kOps;
+
 // Encodings whose bytes below 0x80 are ASCII and which never use an ASCII byte inside a multi-byte
 // character, so tokenizing the raw bytes is exact.
 enum class Encoding { utf8, single_byte, ascii, unsupported };
@@ -192,8 +215,11 @@ class Lexer {
       if (pos_ >= n_) break;
       const unsigned char c = static_cast<unsigned char>(s_[pos_]);
       if (c == '#') {
+        // Scans use a local index: a loop that stores the member pos_ on every byte is several times slower.
         const std::size_t b = pos_;
-        while (pos_ < n_ && s_[pos_] != '\n' && s_[pos_] != '\r') ++pos_;
+        std::size_t p = pos_ + 1;
+        while (p < n_ && s_[p] != '\n' && s_[p] != '\r') ++p;
+        pos_ = p;
         emit(TokKind::comment, b, pos_);
       } else if (c == '\n' || c == '\r') {
         const std::size_t b = pos_;
@@ -210,7 +236,9 @@ class Lexer {
         consume_newline();
       } else if (is_ident_start(c)) {
         const std::size_t b = pos_;
-        while (pos_ < n_ && is_ident_char(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+        std::size_t p = pos_ + 1;
+        while (p < n_ && is_ident_char(static_cast<unsigned char>(s_[p]))) ++p;
+        pos_ = p;
         if (pos_ < n_ && (s_[pos_] == '"' || s_[pos_] == '\'') && string_prefix(b, pos_)) {
           scan_string_token(b);
         } else {
@@ -285,7 +313,9 @@ class Lexer {
   }
 
   void skip_spaces() {
-    while (pos_ < n_ && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\f')) ++pos_;
+    std::size_t p = pos_;
+    while (p < n_ && (s_[p] == ' ' || s_[p] == '\t' || s_[p] == '\f')) ++p;
+    pos_ = p;
   }
 
   // Measures the indentation of a new logical line and emits INDENT/DEDENT. Blank and comment-only
@@ -293,14 +323,16 @@ class Lexer {
   bool indentation() {
     std::size_t col = 0, alt = 0;
     const std::size_t b = pos_;
-    while (pos_ < n_) {
-      const char c = s_[pos_];
+    std::size_t p = pos_;
+    while (p < n_) {
+      const char c = s_[p];
       if (c == ' ') ++col, ++alt;
       else if (c == '\t') col = (col / 8 + 1) * 8, ++alt;
       else if (c == '\f') col = alt = 0;
       else break;
-      ++pos_;
+      ++p;
     }
+    pos_ = p;
     if (pos_ >= n_) return false;
     const char c = s_[pos_];
     if (c == '#' || c == '\n' || c == '\r') return true;  // blank or comment line
@@ -367,7 +399,9 @@ class Lexer {
     const bool triple = p + 2 < n_ && s_[p + 1] == q && s_[p + 2] == q;
     const std::uint32_t start_line = line_;
     p += triple ? 3 : 1;
+    const bool* stops = is_f ? kStringStops.fstring : kStringStops.plain;
     while (true) {
+      while (p < n_ && !stops[static_cast<unsigned char>(s_[p])]) ++p;
       if (p >= n_) {
         error_at(begin, triple ? fmt::format("unterminated triple-quoted string literal (detected at line {})", line_)
                                : fmt::format("unterminated string literal (detected at line {})", start_line));
@@ -539,7 +573,7 @@ class Lexer {
     }
     const char c = s_[pos_];
     if (!len) {
-      if (std::strchr("+-*/%@&|^~<>()[]{},:;.=", c) == nullptr || c == '\0') {
+      if (!kOps.single[static_cast<unsigned char>(c)]) {
         const unsigned char u = static_cast<unsigned char>(c);
         return error_at(pos_, u < 0x80 && std::isprint(u) ? fmt::format("invalid character '{}' (U+{:04X})", c, u)
                                                            : fmt::format("invalid non-printable character U+{:04X}", u));
