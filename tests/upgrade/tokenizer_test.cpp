@@ -122,6 +122,27 @@ TEST(UpgradeTokenizer, ColumnsCountCharactersNotBytes) {
   }
 }
 
+TEST(UpgradeTokenizer, StringBodiesAndOperatorBytes) {
+  // Plain-string bodies are skipped by byte class: braces and the other quote are body bytes, and an
+  // escaped line end continues a single-quoted string.
+  auto ts = tokenize("a = '{x} \"y\" }' + \"it's\\\n{z}\"\n");
+  ASSERT_FALSE(ts.error) << ts.error->message;
+  EXPECT_EQ(kinds(ts), "NAME:a|OP:=|STRING:'{x} \"y\" }'|OP:+|STRING:\"it's\\\n{z}\"");
+  EXPECT_TRUE(ts.fstring_fields.empty());
+  // Every byte that is an operator on its own, and bytes that are none.
+  auto ops = tokenize("(+-*/%@&|^~<>[],:;.={})\n");
+  ASSERT_FALSE(ops.error) << ops.error->message;
+  EXPECT_EQ(std::count_if(ops.tokens.begin(), ops.tokens.end(), [](const Token& t) { return t.kind == TokKind::op; }),
+            23);
+  const std::vector<std::string> not_ops = {"a ? b\n", "a ` b\n", "a ! b\n", std::string("a \0 b\n", 6)};
+  for (const std::string& bad : not_ops) {
+    auto e = tokenize(bad);
+    ASSERT_TRUE(e.error) << bad;
+    EXPECT_NE(e.error->message.find("invalid"), std::string::npos) << e.error->message;
+    EXPECT_EQ(e.error->col, 3u) << bad;
+  }
+}
+
 TEST(UpgradeTokenizer, Errors) {
   struct Case {
     const char* src;
