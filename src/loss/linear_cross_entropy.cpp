@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "lmcore/core/copy.h"
@@ -18,6 +20,9 @@
 #include "lmcore/core/parallel.h"
 #include "src/loss/loss_common.h"
 #include "src/loss/tiling.h"
+
+extern "C" int openblas_get_num_threads(void);
+extern "C" void openblas_set_num_threads(int num_threads);
 
 namespace lmcore {
 
@@ -79,6 +84,46 @@ struct GradSinks {
   Acc* db = nullptr;  // [V]
 };
 
+// OpenBLAS set to one thread for as long as any guard lives. The fused kernel runs one sgemm per
+// thread on its own slice of the vocabulary: OpenBLAS's own threading of these shapes (a tile's few
+// hundred token rows against all of W) keeps both cores busy at well under half their sgemm speed,
+// and its spinning workers would also slow the row loops between the GEMMs.
+class BlasSingleThreaded {
+ public:
+  BlasSingleThreaded() {
+    std::lock_guard<std::mutex> lock(mutex());
+    if (guards()++ == 0) {
+      saved() = openblas_get_num_threads();
+      if (saved() != 1) openblas_set_num_threads(1);
+    }
+  }
+  ~BlasSingleThreaded() {
+    std::lock_guard<std::mutex> lock(mutex());
+    if (--guards() == 0 && saved() != 1) openblas_set_num_threads(saved());
+  }
+  BlasSingleThreaded(const BlasSingleThreaded&) = delete;
+  BlasSingleThreaded& operator=(const BlasSingleThreaded&) = delete;
+
+ private:
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static int& guards() {
+    static int n = 0;
+    return n;
+  }
+  static int& saved() {
+    static int n = 1;
+    return n;
+  }
+};
+
+// The tiled kernel. Each step that touches W is cut into `pieces` contiguous vocabulary slices, one
+// per thread, and each slice makes its own single-threaded GEMM calls (in panels of P rows when W
+// must be converted): logits[:, slice] = h @ W[slice]^T; d_hidden_p += d_logits[:, slice] @ W[slice]
+// (a partial sum per slice, added up in slice order at the end of the token tile, so results depend
+// on the thread count only through that order); d_weight[slice] += d_logits[:, slice]^T @ h.
 template <typename Acc>
 class FusedLce {
  public:
@@ -88,64 +133,90 @@ class FusedLce {
         n_(hidden.size(0)),
         h_(hidden.size(1)),
         v_(weight.size(0)),
+        pieces_(std::max(1, num_threads())),
         hsrc_(hidden, tiling.rows),
-        wsrc_(weight, tiling.panel),
-        tile_(tiling.rows * tiling.cols) {}
+        tile_(tiling.rows * tiling.cols) {
+    wsrc_.reserve(static_cast<std::size_t>(pieces_));
+    for (int p = 0; p < pieces_; ++p) wsrc_.emplace_back(weight, tiling.panel);
+  }
 
-  // Logits of token rows [i0, i0 + t) and vocabulary columns [j0, j0 + c) into tile_ (ld c), bias
+  // Logits of the tile's t token rows and vocabulary columns [j0, j0 + c) into tile_ (ld c), bias
   // and softcap applied.
   void compute_logits(const Acc* hb, std::int64_t ldh, std::int64_t t, std::int64_t j0, std::int64_t c) {
     Acc* tile = tile_.data();
-    for (std::int64_t p0 = j0; p0 < j0 + c; p0 += tiling_.panel) {
-      const std::int64_t p = std::min(tiling_.panel, j0 + c - p0);
+    for_each_panel(j0, c, [&](int p, std::int64_t p0, std::int64_t pn) {
       std::int64_t ldw = 0;
-      const Acc* w = wsrc_.rows(p0, p, &ldw);
-      gemm<Acc>(false, true, t, p, h_, hb, ldh, w, ldw, Acc(0), tile + (p0 - j0), c);
-    }
+      const Acc* w = wsrc_[static_cast<std::size_t>(p)].rows(p0, pn, &ldw);
+      gemm<Acc>(false, true, t, pn, h_, hb, ldh, w, ldw, Acc(0), tile + (p0 - j0), c);
+    });
     if (S_.bias || S_.cap > 0)
       parallel_for(0, t, 4, [&](std::int64_t lo, std::int64_t hi) {
         for (std::int64_t r = lo; r < hi; ++r) loss_detail::transform_logits(S_, tile + r * c, j0, c);
       });
   }
 
-  // Adds the contributions of the d_logits in tile_ (rows [i0, i0 + t), columns [j0, j0 + c)).
+  // Adds the contributions of the d_logits in tile_ (t token rows, columns [j0, j0 + c)): d_hidden
+  // into per-slice partial sums (see finish_dh), d_weight and d_bias into the sinks.
   void accumulate_grads(const Acc* hb, std::int64_t ldh, std::int64_t t, std::int64_t j0, std::int64_t c,
                         const GradSinks<Acc>& sinks) {
     const Acc* dz = tile_.data();
-    for (std::int64_t p0 = j0; p0 < j0 + c; p0 += tiling_.panel) {
-      const std::int64_t p = std::min(tiling_.panel, j0 + c - p0);
+    const std::int64_t ldd = std::max<std::int64_t>(h_, 1);
+    for_each_panel(j0, c, [&](int p, std::int64_t p0, std::int64_t pn) {
       std::int64_t ldw = 0;
-      const Acc* w = wsrc_.rows(p0, p, &ldw);
-      // d_hidden[t, H] += d_logits[t, p] @ W[p, H]
-      gemm<Acc>(false, false, t, h_, p, dz + (p0 - j0), c, w, ldw, Acc(1), sinks.dh, std::max<std::int64_t>(h_, 1));
-      // d_weight[p, H] += d_logits[t, p]^T @ hidden[t, H]
+      const Acc* w = wsrc_[static_cast<std::size_t>(p)].rows(p0, pn, &ldw);
+      // d_hidden_p[t, H] += d_logits[t, pn] @ W[pn, H]
+      gemm<Acc>(false, false, t, h_, pn, dz + (p0 - j0), c, w, ldw, Acc(1), dh_of(p, sinks), ldd);
+      // d_weight[pn, H] += d_logits[t, pn]^T @ hidden[t, H]
       if (sinks.dw)
-        gemm<Acc>(true, false, p, h_, t, dz + (p0 - j0), c, hb, ldh, Acc(1), sinks.dw + p0 * sinks.dw_ld,
+        gemm<Acc>(true, false, pn, h_, t, dz + (p0 - j0), c, hb, ldh, Acc(1), sinks.dw + p0 * sinks.dw_ld,
                   sinks.dw_ld);
-    }
-    if (sinks.db)
-      parallel_for(0, c, 256, [&](std::int64_t lo, std::int64_t hi) {
+      if (sinks.db)
         for (std::int64_t r = 0; r < t; ++r) {
-          const Acc* row = dz + r * c;
-          for (std::int64_t j = lo; j < hi; ++j) sinks.db[j0 + j] += row[j];
+          const Acc* row = dz + r * c + (p0 - j0);
+          for (std::int64_t j = 0; j < pn; ++j) sinks.db[p0 + j] += row[j];
         }
-      });
+    });
   }
 
-  // The whole computation. Forward when ce/zl are given (lse is written), backward when sinks are
-  // given (lse is read, or written first by the forward). d_hidden rows go to `store_dh` per tile.
+  // Zeroes the other slices' partial d_hidden sums for a tile of t rows (slice 0 adds straight into
+  // sinks.dh, which DhStore::begin zeroes).
+  void begin_dh(std::int64_t t) {
+    if (pieces_ == 1) return;
+    if (!dh_parts_.data()) dh_parts_ = Buffer<Acc>((pieces_ - 1) * tiling_.rows * h_);
+    for (int p = 1; p < pieces_; ++p) std::fill(dh_part(p), dh_part(p) + t * h_, Acc(0));
+  }
+
+  // dh += the other slices' partial sums, in slice order.
+  void finish_dh(std::int64_t t, Acc* dh) {
+    if (pieces_ == 1) return;
+    parallel_for(0, t, 16, [&](std::int64_t lo, std::int64_t hi) {
+      for (int p = 1; p < pieces_; ++p) {
+        const Acc* part = dh_part(p);
+        for (std::int64_t k = lo * h_; k < hi * h_; ++k) dh[k] += part[k];
+      }
+    });
+  }
+
+  // The whole computation. Forward when ce/zl are given (lse is written), backward when g is given
+  // (lse is read, or written first by the forward). d_hidden rows go to `store_dh` per tile.
   template <typename StoreDh>
   void run(Acc* lse, Acc* ce, Acc* zl, const Acc* g, GradSinks<Acc> sinks, StoreDh&& store_dh) {
+    const BlasSingleThreaded blas_guard;
     const bool forward = ce != nullptr, backward = g != nullptr;
     const std::int64_t T = tiling_.rows, C = tiling_.cols;
     // One pass from one tile when a tile spans the vocabulary: d_logits need the final lse only.
     const bool single = forward && backward && C >= v_;
+    // ... and then, for f32 without softcap, each row's forward and d_logits share one exp per logit.
+    const bool one_exp = single && std::is_same_v<Acc, float> && S_.cap == 0;
     std::vector<RowStats<Acc>> stats(static_cast<std::size_t>(T));  // T * 4 values: too small to track
     for (std::int64_t i0 = 0; i0 < n_; i0 += T) {
       const std::int64_t t = std::min(T, n_ - i0);
       std::int64_t ldh = 0;
       const Acc* hb = hsrc_.rows(i0, t, &ldh);
-      if (backward) sinks.dh = store_dh.begin(i0, t);
+      if (backward) {
+        sinks.dh = store_dh.begin(i0, t);
+        begin_dh(t);
+      }
       if (forward) {
         for (std::int64_t r = 0; r < t; ++r) stats[r] = RowStats<Acc>();
         for (std::int64_t j0 = 0; j0 < v_; j0 += C) {
@@ -155,6 +226,12 @@ class FusedLce {
           parallel_for(0, t, 4, [&](std::int64_t lo, std::int64_t hi) {
             for (std::int64_t r = lo; r < hi; ++r) {
               const std::int64_t i = i0 + r;
+              if constexpr (std::is_same_v<Acc, float>) {
+                if (one_exp) {
+                  loss_detail::loss_and_grad_row_f32(S_, i, tile + r * c, g[i], lse[i], ce[i], zl[i]);
+                  continue;
+                }
+              }
               loss_detail::fold_chunk(S_, i, stats[r], tile + r * c, j0, c);
               if (j0 + c < v_) continue;
               lse[i] = stats[r].lse();
@@ -183,16 +260,38 @@ class FusedLce {
           accumulate_grads(hb, ldh, t, j0, c, sinks);
         }
       }
-      if (backward) store_dh.end(i0, t);
+      if (backward) {
+        finish_dh(t, sinks.dh);
+        store_dh.end(i0, t);
+      }
     }
   }
 
  private:
+  // Calls fn(slice, p0, pn) for the panels [p0, p0 + pn) of each thread's slice of [j0, j0 + c),
+  // slices in parallel, the panels of one slice in order.
+  template <typename Fn>
+  void for_each_panel(std::int64_t j0, std::int64_t c, Fn&& fn) {
+    parallel_for(0, pieces_, 1, [&](std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t p = lo; p < hi; ++p) {
+        const std::int64_t a = j0 + c * p / pieces_, b = j0 + c * (p + 1) / pieces_;
+        for (std::int64_t p0 = a; p0 < b; p0 += tiling_.panel)
+          fn(static_cast<int>(p), p0, std::min(tiling_.panel, b - p0));
+      }
+    });
+  }
+
+  Acc* dh_part(int p) const { return dh_parts_.data() + (p - 1) * tiling_.rows * h_; }
+  Acc* dh_of(int p, const GradSinks<Acc>& sinks) const { return p == 0 ? sinks.dh : dh_part(p); }
+
   const LossSetup<Acc>& S_;
   loss_detail::Tiling tiling_;
   std::int64_t n_, h_, v_;
-  RowSource<Acc> hsrc_, wsrc_;
+  int pieces_;
+  RowSource<Acc> hsrc_;
+  std::vector<RowSource<Acc>> wsrc_;  // one per slice: each converts its own panels
   Buffer<Acc> tile_;
+  Buffer<Acc> dh_parts_;  // (pieces - 1) x [T, H]
 };
 
 void check_operands(const char* op, const Tensor& hidden, const Tensor& weight) {
@@ -241,8 +340,8 @@ LinearCrossEntropyOutput run_fused(const char* op, const Tensor& hidden, const T
   const LossSetup<Acc> S = loss_detail::make_setup<Acc>(op, n, v, target, options, true);
   const bool backward = grad_loss.defined();
   const loss_detail::Tiling tiling =
-      loss_detail::choose_tiling(op, n, h, v, sizeof(Acc), options, hidden.dtype() != dtype_of<Acc> ||
-                                                                        weight.dtype() != dtype_of<Acc>);
+      loss_detail::choose_tiling(op, n, h, v, sizeof(Acc), options,
+                                 hidden.dtype() != dtype_of<Acc> || weight.dtype() != dtype_of<Acc>, num_threads());
   FusedLce<Acc> kernel(hidden, weight, S, tiling);
 
   LinearCrossEntropyOutput out;

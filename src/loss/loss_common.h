@@ -3,13 +3,16 @@
 // tracked scratch buffers.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "lmcore/core/error.h"
 #include "lmcore/core/tensor.h"
 #include "lmcore/loss/cross_entropy.h"
+#include "src/loss/row_kernels.h"
 
 namespace lmcore::loss_detail {
 
@@ -85,10 +88,11 @@ inline void transform_logits(const LossSetup<Acc>& S, Acc* z, std::int64_t j0, s
   }
 }
 
-// Folds the (transformed) logits z of columns [j0, j0 + c) of token i into its stats.
+// Folds the (transformed) logits z of columns [j0, j0 + c) of token i into its stats. The plain loops:
+// what f64 runs, and the reference for the f32 vector version below.
 template <typename Acc>
-inline void fold_chunk(const LossSetup<Acc>& S, std::int64_t i, RowStats<Acc>& st, const Acc* z, std::int64_t j0,
-                       std::int64_t c) {
+inline void fold_chunk_scalar(const LossSetup<Acc>& S, std::int64_t i, RowStats<Acc>& st, const Acc* z,
+                              std::int64_t j0, std::int64_t c) {
   Acc cmax = -std::numeric_limits<Acc>::infinity();
   for (std::int64_t j = 0; j < c; ++j) cmax = z[j] > cmax || std::isnan(z[j]) ? z[j] : cmax;
   if (cmax > st.m || std::isnan(cmax)) {
@@ -108,6 +112,25 @@ inline void fold_chunk(const LossSetup<Acc>& S, std::int64_t i, RowStats<Acc>& s
     else
       for (std::int64_t j = 0; j < c; ++j) a += z[j];
     st.wz += a;
+  }
+}
+
+// fold_chunk_scalar with f32 through the vector loops of row_kernels.h.
+template <typename Acc>
+inline void fold_chunk(const LossSetup<Acc>& S, std::int64_t i, RowStats<Acc>& st, const Acc* z, std::int64_t j0,
+                       std::int64_t c) {
+  if constexpr (std::is_same_v<Acc, float>) {
+    const float cmax = row_max_f32(z, c);
+    if (cmax > st.m || std::isnan(cmax)) {
+      st.s *= std::exp(st.m - cmax);
+      st.m = cmax;
+    }
+    st.s += row_exp_sum_f32(z, c, st.m);
+    const std::int64_t t = S.target[i];
+    if (t >= j0 && t < j0 + c) st.zt = z[t - j0];
+    if (S.eps > 0) st.wz += row_weighted_sum_f32(z, S.class_weight ? S.class_weight + j0 : nullptr, c);
+  } else {
+    fold_chunk_scalar(S, i, st, z, j0, c);
   }
 }
 
@@ -145,9 +168,10 @@ inline RowGrad<Acc> row_grad(const LossSetup<Acc>& S, std::int64_t i, Acc lse, A
 }
 
 // Turns the logits z of columns [j0, j0 + c) of token i into d loss / d (pre-softcap) logits, in place.
+// The plain loops (f64, softcap, and the reference for the f32 vector version below).
 template <typename Acc>
-inline void grad_chunk(const LossSetup<Acc>& S, std::int64_t i, const RowGrad<Acc>& r, Acc lse, Acc* z,
-                       std::int64_t j0, std::int64_t c) {
+inline void grad_chunk_scalar(const LossSetup<Acc>& S, std::int64_t i, const RowGrad<Acc>& r, Acc lse, Acc* z,
+                              std::int64_t j0, std::int64_t c) {
   if (!S.counted(i)) {
     for (std::int64_t j = 0; j < c; ++j) z[j] = 0;
     return;
@@ -171,6 +195,42 @@ inline void grad_chunk(const LossSetup<Acc>& S, std::int64_t i, const RowGrad<Ac
     for (std::int64_t j = 0; j < c; ++j) z[j] = std::exp(z[j] - lse) * r.a - r.bw;
   }
   if (has_t) z[t - j0] -= r.bt;
+}
+
+// grad_chunk_scalar with f32 through the vector loops of row_kernels.h (softcap stays scalar).
+template <typename Acc>
+inline void grad_chunk(const LossSetup<Acc>& S, std::int64_t i, const RowGrad<Acc>& r, Acc lse, Acc* z,
+                       std::int64_t j0, std::int64_t c) {
+  if constexpr (std::is_same_v<Acc, float>) {
+    if (S.counted(i) && S.cap == 0) {
+      row_softmax_grad_f32(z, c, lse, r.a, r.bw, S.class_weight ? S.class_weight + j0 : nullptr);
+      const std::int64_t t = S.target[i];
+      if (t >= j0 && t < j0 + c) z[t - j0] -= r.bt;
+      return;
+    }
+  }
+  grad_chunk_scalar(S, i, r, lse, z, j0, c);
+}
+
+// One f32 token whose whole vocabulary is in z (one chunk, no softcap): its loss terms, and d_logits
+// in place, with one exp per logit instead of fold_chunk's and grad_chunk's two: e = exp(z - max)
+// stays in z, lse = max + log(sum e), and d z = e * (a / sum e) - bw * w - bt * [j == t].
+inline void loss_and_grad_row_f32(const LossSetup<float>& S, std::int64_t i, float* z, float g, float& lse,
+                                  float& ce, float& zl) {
+  const std::int64_t v = S.v, t = S.target[i];
+  const float m = row_max_f32(z, v);
+  const float zt = t >= 0 && t < v ? z[t] : 0.0f;
+  const float wz = S.eps > 0 ? row_weighted_sum_f32(z, S.class_weight, v) : 0.0f;
+  const float s = row_exp_store_sum_f32(z, v, m);
+  lse = m + std::log(s);
+  row_loss(S, i, lse, zt, wz, ce, zl);
+  if (!S.counted(i)) {
+    std::fill(z, z + v, 0.0f);
+    return;
+  }
+  const RowGrad<float> r = row_grad(S, i, lse, g);
+  row_scaled_grad_f32(z, v, r.a / s, r.bw, S.class_weight);
+  z[t] -= r.bt;
 }
 
 // Collects per-token ce/zl into the LossResult of the reduction.

@@ -20,8 +20,9 @@ struct Tiling {
 // the GEMMs get too thin to run at full speed.
 inline constexpr std::int64_t kMinRowsPerTile = 64;
 
+// `slices`: how many threads convert weight panels at once (each has its own panel buffer).
 inline Tiling choose_tiling(const char* op, std::int64_t n, std::int64_t h, std::int64_t v, std::size_t acc_size,
-                            const LossOptions& o, bool converts_weight) {
+                            const LossOptions& o, bool converts_weight, std::int64_t slices = 1) {
   LMCORE_CHECK(o.chunk_size >= 0, "{}: chunk_size must be >= 0 (0 = automatic), found {}", op, o.chunk_size);
   LMCORE_CHECK(o.token_tile >= 0, "{}: token_tile must be >= 0 (0 = automatic), found {}", op, o.token_tile);
   LMCORE_CHECK(o.memory_budget > 0, "{}: memory_budget must be > 0 bytes, found {}", op, o.memory_budget);
@@ -44,8 +45,10 @@ inline Tiling choose_tiling(const char* op, std::int64_t n, std::int64_t h, std:
   }
   t.rows = std::clamp<std::int64_t>(rows, 1, std::max<std::int64_t>(n, 1));
   t.cols = cols;
-  // Conversion panels take a quarter of the budget on top of the tile.
-  t.panel = converts_weight ? std::clamp<std::int64_t>(budget / 4 / (std::max<std::int64_t>(h, 1) * acc), 1, cols)
+  // Conversion panels take an eighth of the budget on top of the tile, shared by the slices (a
+  // slice's panel of ~1000+ rows already keeps its GEMMs at full speed).
+  const std::int64_t panel_bytes = budget / 8 / std::max<std::int64_t>(slices, 1);
+  t.panel = converts_weight ? std::clamp<std::int64_t>(panel_bytes / (std::max<std::int64_t>(h, 1) * acc), 1, cols)
                             : cols;
   return t;
 }

@@ -5,10 +5,12 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "lmcore/core/matmul.h"
+#include "lmcore/core/parallel.h"
 #include "tests/loss/loss_test_util.h"
 
 namespace lmcore {
@@ -233,6 +235,41 @@ TEST(LinearCrossEntropy, ChunkSizeInvariance) {
         EXPECT_TRUE(all_close("d_hidden", r.d_hidden, ref.d_hidden, 1e-12, 1e-12));
         EXPECT_TRUE(all_close("d_weight", dw, dw_ref, 1e-12, 1e-12));
         EXPECT_TRUE(all_close("d_bias", db, db_ref, 1e-12, 1e-12));
+      }
+    }
+  }
+}
+
+// Each thread takes a slice of the vocabulary and keeps its own partial d_hidden: the thread count
+// (slices of uneven width, some empty) may change summation order, nothing else. f32 also covers the
+// one-exp single-pass rows and bf16 the per-slice weight conversion panels.
+TEST(LinearCrossEntropy, ThreadCountOnlyChangesSummationOrder) {
+  const Problem p = make_problem(23, 5, 11, 45);
+  const int saved = num_threads();
+  for (DType dtype : {DType::f64, DType::f32, DType::bf16}) {
+    const double tol = dtype == DType::f64 ? 1e-12 : dtype == DType::f32 ? 1e-5 : 1e-2;
+    const Tensor hidden = p.hidden.to(dtype), weight = p.weight.to(dtype);
+    for (std::int64_t chunk : {0, 4}) {
+      LossOptions o = options_for(p, true, true, Reduction::mean, 0.1, 0.01, 0.0);
+      o.accumulate = dtype == DType::f64 ? DType::f64 : DType::f32;
+      o.chunk_size = chunk;
+      o.token_tile = 6;
+      o.memory_budget = 8 * 6 * 5 * 3;  // bf16: weight panels of a few rows per slice
+      const Tensor g = Tensor::full({}, 1.0, DType::f64);
+      std::vector<LinearCrossEntropyOutput> outs;
+      std::vector<Tensor> dws;
+      for (int threads : {1, 2, 5}) {
+        set_num_threads(threads);
+        dws.push_back(Tensor::zeros({p.v, p.h}, o.accumulate));
+        outs.push_back(linear_cross_entropy_with_grad(hidden, weight, p.target, o, g, dws.back(), Tensor()));
+      }
+      set_num_threads(saved);
+      for (std::size_t k = 1; k < outs.size(); ++k) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " chunk " + std::to_string(chunk) + " run " +
+                     std::to_string(k));
+        EXPECT_TRUE(all_close("loss", outs[k].loss, outs[0].loss, tol, tol));
+        EXPECT_TRUE(all_close("d_hidden", outs[k].d_hidden, outs[0].d_hidden, tol, tol));
+        EXPECT_TRUE(all_close("d_weight", dws[k], dws[0], tol, tol));
       }
     }
   }

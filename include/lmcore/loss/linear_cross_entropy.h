@@ -20,12 +20,16 @@
 // and adds d_logits @ W_chunk into d_hidden and d_logits^T @ hidden_tile into d_weight. When a tile
 // spans the whole vocabulary (C = V), the _with_grad entry point does forward and backward from one
 // computation of the tile (3 GEMMs, as the unfused path); otherwise it makes two passes (4 GEMMs).
+// Each GEMM step is cut into one vocabulary slice per thread, each slice a single-threaded BLAS call
+// (OpenBLAS is held at one thread during the call): a tile's few hundred rows against all of W run
+// several times slower under OpenBLAS's own threading than as independent per-core calls.
 //
 // Memory: with chunk_size = token_tile = 0 the tiling is picked from options.memory_budget: the
 // whole vocabulary per tile with T = budget / (V * 4) rows when that is at least 64 rows, otherwise
-// T = 64 and C = budget / (64 * 4). Extra memory is then about the budget whatever V is, plus, for
-// bf16/f16 inputs, f32 copies of a tile of hidden and of a panel of weight rows (also bounded), plus
-// an f32 [V, H] accumulator only when d_weight is not itself f32 (pass an f32 d_weight to avoid it).
+// T = 64 and C = budget / (64 * 4). Extra memory is then about the budget whatever V is, plus one
+// [T, H] partial d_hidden per thread beyond the first, plus, for bf16/f16 inputs, f32 copies of a
+// tile of hidden and of a weight panel per thread (budget / 8 in all), plus an f32 [V, H]
+// accumulator only when d_weight is not itself f32 (pass an f32 d_weight to avoid it).
 //
 // Precision: every GEMM and reduction runs in options.accumulate (f32 or f64); d_weight is summed
 // over all tokens in that type and rounded once into d_weight (bf16 inputs never accumulate in bf16).
