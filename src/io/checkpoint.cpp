@@ -3,6 +3,7 @@
 #include "lmcore/io/checkpoint.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "src/io/loaders.h"
@@ -94,7 +95,11 @@ namespace {
 LoadResult load_file(const std::shared_ptr<detail::FileBytes>& file, const std::string& name,
                      const LoadOptions& options) {
   const auto bytes = file->bytes();
-  const Format f = detect_head(bytes);
+  // The first bytes through read_at(), not through the mapping (see FileBytes::read_at).
+  std::array<std::byte, 16> head_bytes{};
+  const std::span<std::byte> head(head_bytes.data(), std::min(bytes.size(), head_bytes.size()));
+  file->read_at(0, head);
+  const Format f = detect_head(head);
   switch (f) {
     case Format::safetensors:
       return detail::load_safetensors(file, name);
@@ -124,13 +129,16 @@ LoadResult load_file(const std::shared_ptr<detail::FileBytes>& file, const std::
   }
   fail("{}: unknown checkpoint format ({} bytes); it starts with {} (expected safetensors, a PyTorch zip or legacy "
        "file, .npy or .npz)",
-       name, bytes.size(), bytes.empty() ? std::string("nothing (empty file)") : detail::hex_dump(bytes, 16));
+       name, bytes.size(), bytes.empty() ? std::string("nothing (empty file)") : detail::hex_dump(head, 16));
 }
 
 }  // namespace
 
 LoadResult load(const std::string& path, const LoadOptions& options) {
-  return load_file(detail::FileBytes::open(path, options.mmap), path, options);
+  const auto file = detail::FileBytes::open(path, options.mmap);
+  LoadResult r = load_file(file, path, options);
+  file->close_descriptor();  // tensors keep the mapping, not the descriptor
+  return r;
 }
 
 LoadResult load_bytes(std::span<const std::byte> bytes, const std::string& name, const LoadOptions& options) {

@@ -41,7 +41,8 @@ std::shared_ptr<FileBytes> FileBytes::open(const std::string& path, bool use_mma
   if (use_mmap) {
     void* p = ::mmap(nullptr, f->size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
     if (p != MAP_FAILED) {
-      ::close(fd);
+      f->path_ = path;
+      f->fd_ = fd;  // kept for read_at() until close_descriptor()
       f->data_ = static_cast<std::byte*>(p);
       f->mapped_ = true;
       return f;
@@ -75,7 +76,29 @@ std::shared_ptr<FileBytes> FileBytes::copy_of(std::span<const std::byte> bytes) 
   return f;
 }
 
+void FileBytes::read_at(std::uint64_t offset, std::span<std::byte> out) const {
+  LMCORE_CHECK(offset <= size_ && out.size() <= size_ - offset, "read_at: bytes [{}, +{}) lie outside the {} bytes",
+               offset, out.size(), size_);
+  if (fd_ < 0) {
+    if (!out.empty()) std::memcpy(out.data(), data_ + offset, out.size());
+    return;
+  }
+  std::size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::pread(fd_, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("load: reading '{}' failed at byte {}: {}", path_, offset + done, n < 0 ? errno_text() : "end of file");
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+void FileBytes::close_descriptor() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
 FileBytes::~FileBytes() {
+  close_descriptor();
   if (mapped_) ::munmap(data_, size_);
   if (owned_) ::operator delete[](owned_.release(), std::align_val_t{64});
 }

@@ -30,8 +30,19 @@ class FileBytes {
   std::span<const std::byte> bytes() const { return {data_, size_}; }
   bool mapped() const { return mapped_; }
 
+  // Copies bytes [offset, offset + out.size()) of the file into `out`; the range must lie in the file.
+  // A mapped file is read with pread() while its descriptor is open, without touching the mapping: the
+  // first touch of a page that is not in the page cache makes the kernel read read_ahead_kb around it
+  // (often megabytes), whereas pread() reads about what it is asked for. Parsers of small headers use it
+  // so that opening a cold file costs the same whatever its size.
+  void read_at(std::uint64_t offset, std::span<std::byte> out) const;
+  // Closes the descriptor kept for read_at() (the mapping stays); load() calls it once parsed.
+  void close_descriptor();
+
  private:
   FileBytes() = default;
+  std::string path_;
+  int fd_ = -1;
   std::byte* data_ = nullptr;
   std::size_t size_ = 0;
   bool mapped_ = false;
