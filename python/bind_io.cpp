@@ -50,10 +50,11 @@ io::NamedTensors named_tensors(const py::dict& tensors) {
 void bind_io(py::module_& m) {
   m.def(
       "load",
-      [](const std::string& path, bool keep_structure, bool mmap, bool with_info) -> py::object {
+      [](const std::string& path, bool keep_structure, bool mmap, bool with_info, bool verify_crc) -> py::object {
         io::LoadOptions o;
         o.keep_structure = keep_structure;
         o.mmap = mmap;
+        o.verify_crc = verify_crc;
         io::LoadResult r;
         {
           py::gil_scoped_release release;
@@ -78,10 +79,12 @@ void bind_io(py::module_& m) {
         return py::make_tuple(tensors, info);
       },
       py::arg("path"), py::arg("keep_structure") = false, py::arg("mmap") = true, py::arg("with_info") = false,
+      py::arg("verify_crc") = false,
       "Loads a checkpoint (safetensors, PyTorch zip or legacy, .npy/.npz; format detected from the bytes) as a "
       "dict name -> lmcore.Tensor (dotted names for nested dicts; keep_structure=True returns the nesting). "
       "Tensors of mapped files are zero-copy, copy-on-write views. with_info=True returns (tensors, "
-      "{'format', 'metadata', 'offsets'}).");
+      "{'format', 'metadata', 'offsets'}). verify_crc=True also checks the CRC-32 of stored PyTorch zip entries "
+      "(reads every byte).");
   m.def(
       "detect_format",
       [](const std::string& path) {

@@ -42,12 +42,15 @@ int run_convert(int argc, char** argv) {
     }
   }
   try {
-    const io::LoadResult src = io::load(in);
+    // convert reads every byte anyway, so the CRC-32s of the input's zip entries are checked too.
+    io::LoadOptions verify;
+    verify.verify_crc = true;
+    const io::LoadResult src = io::load(in, verify);
     if (to == "safetensors") io::save_safetensors(out, src.tensors, src.metadata);
     else io::save_torch(out, src.tensors);
 
     // Verify: read the result back and compare every tensor.
-    const io::LoadResult back = io::load(out);
+    const io::LoadResult back = io::load(out, verify);
     const io::Format expected = to == "safetensors" ? io::Format::safetensors : io::Format::torch_zip;
     LMCORE_CHECK(back.format == expected, "convert: {} reads back as {}, expected {}", out, io::format_name(back.format),
                  io::format_name(expected));

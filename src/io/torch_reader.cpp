@@ -11,7 +11,9 @@
 // Legacy format: five things one after another: pickle(magic number 0x1950a86a20f9469cfc6c),
 // pickle(protocol version 1001), pickle(sys_info dict), pickle(the object, with persistent ids
 // ('storage', <StorageClass>, key, location, numel, view_metadata)), pickle(list of storage keys),
-// then for each key: numel as an 8-byte integer followed by the storage's bytes.
+// then for each key: numel as an 8-byte integer followed by the storage's bytes. view_metadata is
+// None, or (view_key, offset, size) in elements: a storage view of `size` elements starting `offset`
+// elements into storage `key` (written by PyTorch before 0.4; torch 1.13 still reads them).
 #include <cstring>
 #include <map>
 
@@ -58,6 +60,37 @@ StorageId parse_storage_id(const Unpickler& u, std::uint32_t pid, std::size_t mi
   return id;
 }
 
+// The storage that a legacy view (view_key, offset, size) names: `size` elements of `root` from
+// element `offset`, sharing its memory. The first use of a view key creates it; later uses get the same
+// storage back whatever offset they state, as torch.load does.
+std::shared_ptr<Storage> legacy_storage_view(const Unpickler& u, const StorageId& id, const std::shared_ptr<Storage>& root,
+                                             std::map<std::string, std::shared_ptr<Storage>>& views) {
+  const PValue& meta = u.at(id.view_metadata);
+  if (meta.kind != PKind::tuple || meta.items.size() != 3)
+    fail("{}: storage '{}': view metadata is {}, expected (view_key, offset, size)", u.name(), id.key,
+         u.describe(id.view_metadata));
+  const PValue& key = u.at(meta.items[0]);
+  std::string view_key;
+  if (key.kind == PKind::string) view_key = key.s;
+  else if (key.kind == PKind::integer) view_key = std::to_string(key.i);
+  else fail("{}: storage '{}': the view key is {}", u.name(), id.key, u.describe(meta.items[0]));
+  if (const auto it = views.find(view_key); it != views.end()) return it->second;
+  const PValue& offset = u.at(meta.items[1]);
+  const PValue& size = u.at(meta.items[2]);
+  if (offset.kind != PKind::integer || offset.i < 0 || size.kind != PKind::integer || size.i < 0)
+    fail("{}: storage view '{}' of '{}' has offset {} and size {}, expected non-negative integers", u.name(), view_key,
+         id.key, u.describe(meta.items[1]), u.describe(meta.items[2]));
+  const std::size_t elem = dtype_size(id.dtype);
+  const std::uint64_t begin = checked_mul(static_cast<std::uint64_t>(offset.i), elem, "storage view offset");
+  const std::uint64_t nbytes = checked_mul(static_cast<std::uint64_t>(size.i), elem, "storage view size");
+  if (checked_add(begin, nbytes, "storage view end") > root->nbytes())
+    fail("{}: storage view '{}' covers elements [{}, {}) of storage '{}', which holds {}", u.name(), view_key, offset.i,
+         offset.i + size.i, id.key, root->nbytes() / elem);
+  auto view = Storage::borrow(root->data() + begin, nbytes, root);
+  views.emplace(view_key, view);
+  return view;
+}
+
 std::uint32_t storage_value(Unpickler& u, const std::shared_ptr<Storage>& storage, DType dtype) {
   PValue v;
   v.kind = PKind::storage;
@@ -95,6 +128,7 @@ LoadResult load_torch_zip(const std::shared_ptr<FileBytes>& file, const ZipReade
   std::span<const std::byte> pickle_bytes;
   if (pkl->method == 0) {
     pickle_bytes = zip.stored_bytes(*pkl);
+    if (options.verify_crc) zip.verify_stored_crc(*pkl);
   } else {
     pickle_copy.resize(pkl->uncompressed_size);
     zip.extract_to(*pkl, pickle_copy.data(), true);
@@ -117,10 +151,11 @@ LoadResult load_torch_zip(const std::shared_ptr<FileBytes>& file, const ZipReade
       const std::byte* at = file->data() + e->data_offset;
       if (e->method == 0 && !big_endian && reinterpret_cast<std::uintptr_t>(at) % dtype_size(id.dtype) == 0) {
         // Zero-copy: a view of the mapping, which the storage keeps alive.
+        if (options.verify_crc) zip.verify_stored_crc(*e);
         s.storage = Storage::borrow(const_cast<std::byte*>(at), expected, file);
       } else {
         s.storage = Storage::allocate(expected);
-        zip.extract_to(*e, s.storage->data(), e->method != 0);
+        zip.extract_to(*e, s.storage->data(), e->method != 0 || options.verify_crc);
         if (big_endian) byteswap_elements(s.storage->data(), id.numel, dtype_size(id.dtype));
       }
       it = storages.emplace(id.key, std::move(s)).first;
@@ -149,11 +184,10 @@ LoadResult load_torch_legacy(const std::shared_ptr<FileBytes>& file, const std::
     bool filled = false;
   };
   std::map<std::string, Pending> storages;
+  std::map<std::string, std::shared_ptr<Storage>> views;  // by view key, as torch caches them
   std::uint64_t total_claimed = 0;
   auto persistent_load = [&](Unpickler& u, std::uint32_t pid) -> std::uint32_t {
     const StorageId id = parse_storage_id(u, pid, 5, 6);
-    if (id.view_metadata != UINT32_MAX)
-      fail("{}: storage '{}' is a legacy storage view, which lmcore does not read", name, id.key);
     auto it = storages.find(id.key);
     if (it == storages.end()) {
       const std::uint64_t n = checked_mul(id.numel, dtype_size(id.dtype), "storage size");
@@ -163,7 +197,8 @@ LoadResult load_torch_legacy(const std::shared_ptr<FileBytes>& file, const std::
         fail("{}: storages claim {} bytes, more than the file's {} bytes", name, total_claimed, bytes.size());
       it = storages.emplace(id.key, Pending{Storage::allocate(n), id.dtype, id.numel, false}).first;
     }
-    return storage_value(u, it->second.storage, id.dtype);
+    if (id.view_metadata == UINT32_MAX) return storage_value(u, it->second.storage, id.dtype);
+    return storage_value(u, legacy_storage_view(u, id, it->second.storage, views), id.dtype);
   };
 
   Unpickler u(bytes, name, persistent_load, options.max_depth);

@@ -278,10 +278,14 @@ void ZipReader::extract_to(const ZipEntry& e, std::byte* out, bool verify_crc) c
     if (out_done != e.uncompressed_size)
       fail("{}: entry '{}' inflates to {} bytes, the directory says {}", name_, e.name, out_done, e.uncompressed_size);
   }
-  if (verify_crc) {
-    const std::uint32_t c = crc32_of({out, static_cast<std::size_t>(e.uncompressed_size)});
-    if (c != e.crc32) fail("{}: entry '{}': CRC-32 {:08x} does not match the directory's {:08x}", name_, e.name, c, e.crc32);
-  }
+  if (verify_crc) check_crc(e, {out, static_cast<std::size_t>(e.uncompressed_size)});
+}
+
+void ZipReader::verify_stored_crc(const ZipEntry& e) const { check_crc(e, stored_bytes(e)); }
+
+void ZipReader::check_crc(const ZipEntry& e, std::span<const std::byte> bytes) const {
+  const std::uint32_t c = crc32_of(bytes);
+  if (c != e.crc32) fail("{}: entry '{}': CRC-32 {:08x} does not match the directory's {:08x}", name_, e.name, c, e.crc32);
 }
 
 std::string ZipReader::read_string(const ZipEntry& e, std::size_t max_bytes) const {

@@ -47,10 +47,13 @@ class ZipReader {
   // Any entry: its uncompressed bytes written to `out` (uncompressed_size bytes). Deflated entries
   // are inflated with the bound above; `verify_crc` also checks the CRC-32.
   void extract_to(const ZipEntry& e, std::byte* out, bool verify_crc) const;
+  // Checks a stored entry's bytes in place against the directory's CRC-32 (no copy).
+  void verify_stored_crc(const ZipEntry& e) const;
   // A small entry (<= max_bytes) as a string.
   std::string read_string(const ZipEntry& e, std::size_t max_bytes) const;
 
  private:
+  void check_crc(const ZipEntry& e, std::span<const std::byte> bytes) const;
   std::span<const std::byte> file_;
   std::string name_;
   std::vector<ZipEntry> entries_;

@@ -145,6 +145,32 @@ TEST(TorchZip, Zip64ArchivesLoad) {
   EXPECT_EQ(tensor_bytes(load(path).tensors.at("t")), tensor_bytes(t));
 }
 
+TEST(TorchZip, VerifyCrcCatchesDamagedTensorDataOnlyWhenAsked) {
+  const std::string good = torch_archive(one_tensor_pickle(3, 0, {3}, {1}), {{"data/0", std::string(12, '\x11')}});
+  std::string bad = good;
+  bad[good.find(std::string(12, '\x11')) + 5] ^= 0x40;  // one flipped bit in the stored tensor data
+  LoadOptions verify;
+  verify.verify_crc = true;
+  EXPECT_NO_THROW((void)load_bytes(as_bytes(good), "good.pt", verify));
+  // Default: zero-copy, the data is not read, so the damage passes through.
+  EXPECT_NE(tensor_bytes(load_bytes(as_bytes(bad), "bad.pt").tensors.at("w")), std::string(12, '\x11'));
+  const std::string e = testing::error_of([&] { (void)load_bytes(as_bytes(bad), "bad.pt", verify); });
+  EXPECT_NE(e.find("bad.pt: entry 'x/data/0': CRC-32"), std::string::npos) << e;
+  // The same through the copying path (a big-endian archive is copied to be swapped).
+  const std::string good_be =
+      torch_archive(one_tensor_pickle(3, 0, {3}, {1}), {{"data/0", std::string(12, '\x11')}}, "big");
+  std::string bad_be = good_be;
+  bad_be[good_be.find(std::string(12, '\x11')) + 5] ^= 0x40;
+  EXPECT_NO_THROW((void)load_bytes(as_bytes(bad_be), "be.pt"));
+  EXPECT_NE(testing::error_of([&] { (void)load_bytes(as_bytes(bad_be), "be.pt", verify); }).find("CRC-32"),
+            std::string::npos);
+  // A damaged stored pickle.
+  std::string bad_pickle = good;
+  bad_pickle[good.find("_rebuild_tensor_v2")] = 'X';  // still a valid global name, different bytes
+  const std::string ep = testing::error_of([&] { (void)load_bytes(as_bytes(bad_pickle), "p.pt", verify); });
+  EXPECT_NE(ep.find("entry 'x/data.pkl': CRC-32"), std::string::npos) << ep;
+}
+
 TEST(TorchZip, BigEndianArchivesAreSwapped) {
   const float values[3] = {1.5f, -2.0f, 3.25f};
   std::string be;

@@ -1,6 +1,7 @@
 """lmcore.load on files written by torch 1.13 (every dtype, views, shared storages, nested dicts, real
 modules, legacy format, ZIP64, big-endian, deflated), torch.load(weights_only=True) on lmcore's .pt
 files, and hostile pickles. Every tensor is compared bit for bit."""
+import collections
 import io
 import os
 import pickle
@@ -103,6 +104,71 @@ def test_legacy_format(tmp_path):
     assert tuple(t["view"].strides) == sd["view"].stride()
 
 
+class _LegacyStorage:
+    """A float storage in a hand-written legacy file: root storage `key`, or the view (view_key, offset,
+    size) of it that PyTorch before 0.4 wrote (torch 1.13 writes none but still reads them)."""
+
+    def __init__(self, key, numel, view=None):
+        self.key, self.numel, self.view = key, numel, view
+
+
+class _LegacyTensor:
+    def __init__(self, storage, offset, size, stride):
+        self.args = (storage, offset, size, stride, False, collections.OrderedDict())
+
+    def __reduce__(self):
+        return (torch._utils._rebuild_tensor_v2, self.args)
+
+
+class _LegacyPickler(pickle.Pickler):
+    def persistent_id(self, obj):
+        if isinstance(obj, _LegacyStorage):
+            return ("storage", torch.FloatStorage, obj.key, "cpu", obj.numel, obj.view)
+        return None
+
+
+def write_legacy(path, obj, roots):
+    """The legacy torch.save layout, written independently: magic, protocol, sys_info, the object, the
+    root storage keys, then each root's element count and bytes."""
+    with open(path, "wb") as f:
+        pickle.dump(0x1950a86a20f9469cfc6c, f, protocol=2)
+        pickle.dump(1001, f, protocol=2)
+        pickle.dump({"protocol_version": 1001, "little_endian": True,
+                     "type_sizes": {"short": 2, "int": 4, "long": 8}}, f, protocol=2)
+        _LegacyPickler(f, protocol=2).dump(obj)
+        pickle.dump(list(roots), f, protocol=2)
+        for x in roots.values():
+            f.write(struct.pack("<q", x.numel()))
+            f.write(torch_bytes(x))
+
+
+def test_legacy_storage_views(tmp_path):
+    root = random_tensor((20,), torch.float32, 5)
+    whole = _LegacyStorage("0", 20)
+    v1 = _LegacyStorage("0", 20, ("v1", 4, 10))
+    v2 = _LegacyStorage("0", 20, (7, 15, 5))  # an integer view key
+    obj = {"whole": _LegacyTensor(whole, 0, (20,), (1,)), "a": _LegacyTensor(v1, 2, (2, 3), (3, 1)),
+           "a_t": _LegacyTensor(v1, 2, (3, 2), (1, 3)), "tail": _LegacyTensor(v2, 1, (4,), (1,))}
+    path = tmp_path / "views.pt"
+    write_legacy(path, obj, {"0": root})
+    ref = torch.load(path)  # torch 1.13 reads views: the reference
+    assert torch_bytes(ref["a"]) == torch_bytes(root[6:12].view(2, 3))
+    t, info = lmcore.load(str(path), with_info=True)
+    assert info["format"] == "pytorch-legacy"
+    for k, x in ref.items():
+        assert_same(t[k], x, k)
+        assert tuple(t[k].strides) == x.stride(), k
+    # Views share the root's memory: element 0 of view v1 is element 4 of the root.
+    assert lm_address(t["a"]) == lm_address(t["whole"]) + 4 * 4
+    assert lm_address(t["a_t"]) == lm_address(t["a"])
+    assert lm_address(t["tail"]) == lm_address(t["whole"]) + 15 * 4
+    # A view that runs past its root is refused, naming both.
+    bad = tmp_path / "bad.pt"
+    write_legacy(bad, {"x": _LegacyTensor(_LegacyStorage("0", 20, ("v9", 18, 5)), 0, (5,), (1,))}, {"0": root})
+    with pytest.raises(lmcore.Error, match=r"storage view 'v9' covers elements \[18, 23\) of storage '0', which holds 20"):
+        lmcore.load(str(bad))
+
+
 def rewrite_zip(src, dst, transform=lambda name, data: data, compression=zipfile.ZIP_STORED, zip64=False,
                 extra=None):
     old_limit = zipfile.ZIP64_LIMIT
@@ -117,6 +183,20 @@ def rewrite_zip(src, dst, transform=lambda name, data: data, compression=zipfile
                 zout.writestr(name, data)
     finally:
         zipfile.ZIP64_LIMIT = old_limit
+
+
+def test_crc_is_checked_on_demand(tmp_path):
+    x = torch.full((64,), 1.5)
+    path = save(tmp_path, {"w": x})
+    damaged = bytearray(path.read_bytes())
+    damaged[damaged.find(torch_bytes(x)) + 20] ^= 0x40  # element 5
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(bytes(damaged))
+    assert torch.load(bad)["w"][5].item() != 1.5  # torch 1.13 does not check it either
+    assert lmcore.load(str(bad))["w"].numpy()[5] != 1.5  # default: zero-copy, not read at load time
+    with pytest.raises(lmcore.Error, match=r"bad\.pt: entry '.*/data/0': CRC-32"):
+        lmcore.load(str(bad), verify_crc=True)
+    assert_same(lmcore.load(str(path), verify_crc=True)["w"], x)
 
 
 def test_zip64_archive(tmp_path):

@@ -100,9 +100,14 @@ struct LoadOptions {
   // state dict is always returned).
   bool keep_structure = false;
   // Memory-map the file (zero-copy). When false, the whole file is read into memory instead.
-  // (CRC-32s are checked for compressed zip entries and small records, not for stored tensor data,
-  // which would mean reading every byte at load time.)
   bool mmap = true;
+  // PyTorch zip: also check the CRC-32 of stored (uncompressed) entries, tensor data included.
+  // Off by default because it reads every byte at load time, which is what the zero-copy mapping
+  // avoids (a 1 GiB checkpoint would pay a full pass before the first tensor is used). The zip
+  // structure, its sizes and offsets are always validated, and compressed entries and small records
+  // (byteorder, .npz arrays) are always CRC-checked since they are copied anyway. Turn it on to
+  // detect bit rot or a damaged download; `lmcore convert` does.
+  bool verify_crc = false;
   // Largest pickle nesting depth accepted (deeper pickles are refused as hostile).
   int max_depth = 200;
 };

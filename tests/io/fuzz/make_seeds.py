@@ -2,6 +2,7 @@
 """Writes the seed corpora of the io fuzz targets (tests/io/fuzz/corpus/<target>/): small valid files
 made by torch 1.13 and NumPy, and a few malformed ones. Run with /usr/bin/python3 from the repo root;
 the outputs are committed, so this only needs rerunning to change the seeds."""
+import collections
 import io
 import json
 import pathlib
@@ -65,6 +66,32 @@ with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as z:
     z.writestr("a/data.pkl", pickle.dumps({"x": 1}, protocol=2))
     z.writestr("a/version", "3\n")
 put("fuzz_zip_reader", "deflated.zip", buf.getvalue())
+
+# legacy files reach load() through the zip target too (it loads any bytes); one with storage views,
+# written by hand as PyTorch before 0.4 did: persistent ids with (view_key, offset, size)
+put("fuzz_zip_reader", "state.legacy", torch_bytes(objs["state"], _use_new_zipfile_serialization=False))
+
+
+class LegacyView:
+    def __init__(self, view):
+        self.view = view
+
+    def __reduce__(self):
+        return (torch._utils._rebuild_tensor_v2, (self, 1, (2,), (1,), False, collections.OrderedDict()))
+
+
+class LegacyPickler(pickle.Pickler):
+    def persistent_id(self, obj):
+        return ("storage", torch.FloatStorage, "0", "cpu", 6, obj.view) if isinstance(obj, LegacyView) else None
+
+
+buf = io.BytesIO()
+for head in (0x1950a86a20f9469cfc6c, 1001, {"protocol_version": 1001, "little_endian": True}):
+    pickle.dump(head, buf, protocol=2)
+LegacyPickler(buf, protocol=2).dump({"a": LegacyView(("v", 2, 3)), "b": LegacyView(None)})
+pickle.dump(["0"], buf, protocol=2)
+buf.write(struct.pack("<q", 6) + torch.arange(6, dtype=torch.float32).numpy().tobytes())
+put("fuzz_zip_reader", "views.legacy", buf.getvalue())
 
 # hostile pickles
 put("fuzz_unpickler", "os_system.pkl", b"\x80\x02cos\nsystem\nX\x02\x00\x00\x00id\x85R.")
