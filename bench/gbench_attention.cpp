@@ -2,6 +2,7 @@
 // and create_block_mask at 1M. `lmcore bench attention` has the full comparison table.
 #include <benchmark/benchmark.h>
 
+#include "bench/random_fill.h"
 #include "lmcore/attention/flex_attention.h"
 #include "lmcore/attention/sdpa.h"
 
@@ -9,22 +10,12 @@ namespace {
 
 using namespace lmcore;
 using namespace lmcore::attention;
-
-Tensor random_f32(const Shape& shape, std::uint32_t seed) {
-  Tensor t = Tensor::empty(shape, DType::f32);
-  float* p = t.data<float>();
-  std::uint32_t s = seed * 2654435761u + 7;
-  for (std::int64_t i = 0; i < t.numel(); ++i) {
-    s = s * 1664525u + 1013904223u;
-    p[i] = static_cast<float>(s >> 8) / 16777216.0f - 0.5f;
-  }
-  return t;
-}
+using lmcore::bench::random_uniform;
 
 // args: L, window, block
 void BM_FlexForward(benchmark::State& state) {
   const std::int64_t L = state.range(0), W = state.range(1), blk = state.range(2);
-  const Tensor q = random_f32({1, 8, L, 64}, 1), k = random_f32({1, 8, L, 64}, 2), v = random_f32({1, 8, L, 64}, 3);
+  const Tensor q = random_uniform({1, 8, L, 64}, 1), k = random_uniform({1, 8, L, 64}, 2), v = random_uniform({1, 8, L, 64}, 3);
   const BlockMask bm = create_block_mask(MaskMod::sliding_window(W), 1, 1, L, L, blk, blk);
   FlexOptions opt;
   opt.block_mask = &bm;
@@ -37,8 +28,8 @@ BENCHMARK(BM_FlexForward)->Args({4096, 64, 128})->Args({4096, 64, 64})->Args({40
 
 void BM_FlexBackward(benchmark::State& state) {
   const std::int64_t L = state.range(0), W = state.range(1), blk = state.range(2);
-  const Tensor q = random_f32({1, 8, L, 64}, 1), k = random_f32({1, 8, L, 64}, 2), v = random_f32({1, 8, L, 64}, 3);
-  const Tensor g = random_f32({1, 8, L, 64}, 4);
+  const Tensor q = random_uniform({1, 8, L, 64}, 1), k = random_uniform({1, 8, L, 64}, 2), v = random_uniform({1, 8, L, 64}, 3);
+  const Tensor g = random_uniform({1, 8, L, 64}, 4);
   const BlockMask bm = create_block_mask(MaskMod::sliding_window(W), 1, 1, L, L, blk, blk);
   FlexOptions opt;
   opt.block_mask = &bm;
@@ -53,7 +44,7 @@ BENCHMARK(BM_FlexBackward)->Args({4096, 64, 128})->Args({4096, 256, 128})->Unit(
 
 void BM_SdpaDenseForward(benchmark::State& state) {
   const std::int64_t L = state.range(0);
-  const Tensor q = random_f32({1, 8, L, 64}, 1), k = random_f32({1, 8, L, 64}, 2), v = random_f32({1, 8, L, 64}, 3);
+  const Tensor q = random_uniform({1, 8, L, 64}, 1), k = random_uniform({1, 8, L, 64}, 2), v = random_uniform({1, 8, L, 64}, 3);
   for (auto _ : state) benchmark::DoNotOptimize(sdpa(q, k, v).out.data_ptr());
   state.counters["GFLOPS"] = benchmark::Counter(4.0 * 8 * L * L * 64 * static_cast<double>(state.iterations()) / 1e9,
                                                 benchmark::Counter::kIsRate);

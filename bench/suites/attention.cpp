@@ -16,6 +16,7 @@
 #include <random>
 #include <vector>
 
+#include "bench/random_fill.h"
 #include "bench/suites/bench_suite.h"
 #include "lmcore/attention/flex_attention.h"
 #include "lmcore/attention/sdpa.h"
@@ -28,17 +29,6 @@ namespace {
 
 using namespace lmcore::attention;
 
-Tensor random_f32(const Shape& shape, std::uint32_t seed) {
-  Tensor t = Tensor::empty(shape, DType::f32);
-  float* p = t.data<float>();
-  std::uint32_t s = seed * 2654435761u + 7;
-  for (std::int64_t i = 0; i < t.numel(); ++i) {
-    s = s * 1664525u + 1013904223u;
-    p[i] = static_cast<float>(s >> 8) / 16777216.0f - 0.5f;
-  }
-  return t;
-}
-
 // The dense [L, S] bool mask of a MaskMod (1 byte per element; 1 GiB at L = S = 32768).
 Tensor dense_mask(const MaskMod& m, std::int64_t L, std::int64_t S) {
   Tensor t = Tensor::empty({L, S}, DType::boolean);
@@ -49,7 +39,7 @@ Tensor dense_mask(const MaskMod& m, std::int64_t L, std::int64_t S) {
 
 double sgemm_gflops() {
   const std::int64_t n = 2048;
-  Tensor a = random_f32({n, n}, 1), b = random_f32({n, n}, 2);
+  Tensor a = random_uniform({n, n}, 1), b = random_uniform({n, n}, 2);
   const double s = time_median([&] { (void)matmul(a, b); }, 5, 5.0);
   return 2.0 * n * n * n / s / 1e9;
 }
@@ -130,8 +120,8 @@ std::vector<BenchTable> run_attention_suite(const BenchOptions& options) {
   const int dense_reps = options.quick ? 1 : reps;
   for (const Row& row : rows) {
     const std::int64_t L = row.L;
-    const Tensor q = random_f32({B, H, L, D}, 11), k = random_f32({B, H, L, D}, 12), v = random_f32({B, H, L, D}, 13);
-    const Tensor g = random_f32({B, H, L, D}, 14);
+    const Tensor q = random_uniform({B, H, L, D}, 11), k = random_uniform({B, H, L, D}, 12), v = random_uniform({B, H, L, D}, 13);
+    const Tensor g = random_uniform({B, H, L, D}, 14);
     const BlockMask bm = create_block_mask(row.mask, B, H, L, L, row.q_block, row.kv_block);
     const FlexFlops fl = flex_flops(bm, B, H, D, D);
     FlexOptions opt;

@@ -2,6 +2,7 @@
 // the casts that mixed precision leans on, reductions, sort and the embedding gradient.
 #include <vector>
 
+#include "bench/random_fill.h"
 #include "bench/suites/bench_suite.h"
 #include "lmcore/core/copy.h"
 #include "lmcore/core/embedding.h"
@@ -12,34 +13,19 @@
 
 namespace lmcore::bench {
 
-namespace {
-
-Tensor random_tensor(const Shape& shape, std::uint32_t seed) {
-  Tensor t = Tensor::empty(shape, DType::f32);
-  float* p = t.data<float>();
-  std::uint32_t s = seed * 2654435761u + 1;
-  for (std::int64_t i = 0; i < t.numel(); ++i) {
-    s = s * 1664525u + 1013904223u;
-    p[i] = static_cast<float>(s >> 8) / 16777216.0f - 0.5f;
-  }
-  return t;
-}
-
-}  // namespace
-
 std::vector<BenchTable> run_core_suite(const BenchOptions& options) {
   BenchTable gemm{"core: sgemm (OpenBLAS)", {"M", "N", "K", "ms", "GFLOPS"}, {}, {}};
   const std::vector<std::int64_t> sizes = options.quick ? std::vector<std::int64_t>{512}
                                                         : std::vector<std::int64_t>{256, 512, 1024, 2048};
   for (std::int64_t n : sizes) {
-    Tensor a = random_tensor({n, n}, 1), b = random_tensor({n, n}, 2);
+    Tensor a = random_uniform({n, n}, 1), b = random_uniform({n, n}, 2);
     const double s = time_median([&] { (void)matmul(a, b); }, options.quick ? 3 : 5);
     gemm.rows.push_back({n, n, n, s * 1e3, 2.0 * n * n * n / s / 1e9});
   }
 
   BenchTable cast{"core: casts, contiguous", {"op", "elements", "ms", "GB/s (in+out)"}, {}, {}};
   const std::int64_t n = options.quick ? (1 << 22) : (1 << 24);
-  Tensor x = random_tensor({n}, 3);
+  Tensor x = random_uniform({n}, 3);
   Tensor xb = x.to(DType::bf16), xh = x.to(DType::f16);
   struct Case { const char* name; Tensor src; DType to; };
   for (const Case& c : {Case{"f32->bf16", x, DType::bf16}, Case{"bf16->f32", xb, DType::f32},
@@ -54,7 +40,7 @@ std::vector<BenchTable> run_core_suite(const BenchOptions& options) {
   // Reductions: rows (the vector kernels), columns (bias-gradient shape) and everything.
   BenchTable red{"core: sum", {"input", "dims", "ms", "GB/s (in)"}, {}, {}};
   const std::int64_t rows = options.quick ? 256 : 1024, cols = 16384;
-  const Tensor m = random_tensor({rows, cols}, 4), mb = m.to(DType::bf16);
+  const Tensor m = random_uniform({rows, cols}, 4), mb = m.to(DType::bf16);
   struct RedCase { std::string name; Tensor x; Shape dims; };
   for (const RedCase& c : {RedCase{"f32 [" + std::to_string(rows) + ", 16384]", m, {-1}},
                            RedCase{"bf16 [" + std::to_string(rows) + ", 16384]", mb, {-1}},
@@ -67,7 +53,7 @@ std::vector<BenchTable> run_core_suite(const BenchOptions& options) {
 
   BenchTable srt{"core: sort along the last dim (radix, stable)", {"input", "ms", "Melem/s"}, {}, {}};
   const std::int64_t srows = options.quick ? 8 : 64;
-  const Tensor sx = random_tensor({srows, 65536}, 5);
+  const Tensor sx = random_uniform({srows, 65536}, 5);
   const Tensor si = sx.to(DType::i32);
   for (const auto& [name, t] : {std::pair<std::string, Tensor>{"f32", sx}, {"i32", si}}) {
     const double s = time_median([&] { (void)sort(t, -1); }, options.quick ? 3 : 7);
@@ -87,7 +73,7 @@ std::vector<BenchTable> run_core_suite(const BenchOptions& options) {
       ids.data<std::int64_t>()[i] = static_cast<std::int64_t>(state % static_cast<std::uint32_t>(V));
     }
   }
-  const Tensor g = random_tensor({tokens, D}, 6);
+  const Tensor g = random_uniform({tokens, D}, 6);
   for (DType dt : {DType::f32, DType::bf16}) {
     const Tensor gd = g.to(dt);
     const double s = time_median([&] { (void)embedding_backward(gd, ids, V); }, options.quick ? 3 : 7);
