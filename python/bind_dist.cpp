@@ -184,13 +184,20 @@ void bind_dist(py::module_& m) {
            py::arg("output"), py::arg("input"), py::arg("op") = "sum", py::arg("premul_factor") = 1.0,
            py::arg("timeout") = py::none(), py::arg("async_op") = false)
       .def("all_to_all_single",
-           [](ProcessGroup& pg, const py::object& out, const py::object& in, std::optional<double> timeout, bool async_op) {
+           [](ProcessGroup& pg, const py::object& out, const py::object& in,
+              std::optional<std::vector<std::int64_t>> output_split_sizes,
+              std::optional<std::vector<std::int64_t>> input_split_sizes, std::optional<double> timeout, bool async_op) {
              Tensor o = to_tensor(out, "output"), i = to_tensor(in, "input");
-             const auto c = call_opts(timeout);
+             dist::AllToAllOptions c;
+             c.output_split_sizes = output_split_sizes.value_or(std::vector<std::int64_t>{});
+             c.input_split_sizes = input_split_sizes.value_or(std::vector<std::int64_t>{});
+             c.timeout = seconds_to_ms(timeout);
              return finish({out, in}, async_op, [&] { return pg.all_to_all_single_async(o, i, c); },
                            [&] { pg.all_to_all_single(o, i, c); });
            },
-           py::arg("output"), py::arg("input"), py::arg("timeout") = py::none(), py::arg("async_op") = false)
+           py::arg("output"), py::arg("input"), py::arg("output_split_sizes") = py::none(),
+           py::arg("input_split_sizes") = py::none(), py::arg("timeout") = py::none(), py::arg("async_op") = false,
+           "Split sizes (rows along dim 0 to / from each rank) as in torch; None: equal splits.")
       .def("barrier",
            [](ProcessGroup& pg, std::optional<double> timeout, bool async_op) {
              const auto c = call_opts(timeout);

@@ -46,8 +46,33 @@ std::vector<std::int64_t> sizes_for(bool quick) {
   return s;
 }
 
+// "4K", "64M", "1024": bytes.
+std::int64_t parse_bytes(const std::string& text) {
+  std::size_t used = 0;
+  std::int64_t v = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const std::string unit = text.substr(used);
+  const std::int64_t scale = unit.empty() ? 1 : unit == "K" ? 1 << 10 : unit == "M" ? 1 << 20 : 0;
+  LMCORE_CHECK(used > 0 && scale > 0 && v > 0, "bench comm: size '{}' is not a positive number of bytes (4K, 64M)", text);
+  return v * scale;
+}
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
 // Runs in each spawned rank; rank 0 writes "variant size seconds" lines to `result`.
-void worker(int rank, int world, const std::string& store, const std::string& result, bool quick) {
+void worker(int rank, int world, const std::string& store, const std::string& result, bool quick,
+            const std::vector<std::int64_t>& sizes) {
   dist::GroupOptions o;
   o.rank = rank;
   o.world_size = world;
@@ -57,7 +82,7 @@ void worker(int rank, int world, const std::string& store, const std::string& re
   std::shared_ptr<gloo::Context> ctx(static_cast<gloo::Context*>(pg.gloo_context()), [](gloo::Context*) {});
   std::ostringstream out;
   std::uint32_t tag = 1;
-  for (std::int64_t bytes : sizes_for(quick)) {
+  for (std::int64_t bytes : sizes) {
     const std::int64_t total = bytes / 4;      // f32 elements of the full buffer
     const std::int64_t shard = total / world;  // per-rank block
     Tensor full = Tensor::full({total}, 1.0, DType::f32);
@@ -117,7 +142,8 @@ void worker(int rank, int world, const std::string& store, const std::string& re
 }
 
 // Spawns `world` ranks of this program in worker mode and reads rank 0's results.
-std::map<std::pair<std::string, std::int64_t>, double> run_world(int world, bool quick) {
+std::map<std::pair<std::string, std::int64_t>, double> run_world(int world, bool quick,
+                                                                 const std::vector<std::int64_t>& sizes) {
   char tmpl[] = "/tmp/lmcore-bench-comm-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) fail("bench comm: mkdtemp failed: {}", std::strerror(errno));
   const std::string dir = tmpl;
@@ -126,7 +152,8 @@ std::map<std::pair<std::string, std::int64_t>, double> run_world(int world, bool
   for (int r = 0; r < world; ++r) {
     const pid_t pid = fork();
     if (pid == 0) {
-      const std::string spec = fmt::format("{} {} {} {} {}", r, world, store, result, quick ? 1 : 0);
+      const std::string spec =
+          fmt::format("{} {} {} {} {} {}", r, world, store, result, quick ? 1 : 0, fmt::join(sizes, ","));
       setenv("LMCORE_BENCH_COMM_WORKER", spec.c_str(), 1);
       execl("/proc/self/exe", "lmcore", "bench", "comm", static_cast<char*>(nullptr));
       _exit(127);
@@ -168,9 +195,12 @@ std::vector<BenchTable> run_comm_suite(const BenchOptions& options) {
     std::istringstream ss(spec);
     int rank = 0, world = 0, quick = 0;
     std::string store, result;
-    ss >> rank >> world >> store >> result >> quick;
+    std::string size_list;
+    ss >> rank >> world >> store >> result >> quick >> size_list;
     try {
-      worker(rank, world, store, result, quick != 0);
+      std::vector<std::int64_t> sizes;
+      for (const std::string& b : split_commas(size_list)) sizes.push_back(std::stoll(b));
+      worker(rank, world, store, result, quick != 0, sizes);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "bench comm worker %d: %s\n", rank, e.what());
       std::fflush(stderr);
@@ -180,7 +210,25 @@ std::vector<BenchTable> run_comm_suite(const BenchOptions& options) {
     _exit(0);
   }
   std::vector<BenchTable> tables;
-  const std::vector<int> worlds = options.quick ? std::vector<int>{2} : std::vector<int>{2, 4};
+  std::vector<int> worlds = options.quick ? std::vector<int>{2} : std::vector<int>{2, 4};
+  std::vector<std::int64_t> sizes = sizes_for(options.quick);
+  // --ranks=2,4 and --sizes=4K,64M pick a subset (or other sizes).
+  for (const std::string& a : options.args) {
+    if (a.rfind("--ranks=", 0) == 0) {
+      worlds.clear();
+      for (const std::string& w : split_commas(a.substr(8))) {
+        const int n = std::atoi(w.c_str());
+        LMCORE_CHECK(n >= 2 && n <= 64, "bench comm: --ranks wants world sizes in [2, 64], found '{}'", w);
+        worlds.push_back(n);
+      }
+    } else if (a.rfind("--sizes=", 0) == 0) {
+      sizes.clear();
+      for (const std::string& b : split_commas(a.substr(8))) sizes.push_back(parse_bytes(b));
+    } else {
+      fail("bench comm: unknown argument '{}', expected --ranks=N[,N...] or --sizes=BYTES[,BYTES...]", a);
+    }
+  }
+  LMCORE_CHECK(!worlds.empty() && !sizes.empty(), "bench comm: no world sizes or no buffer sizes to run");
   BenchTable ratios{"comm: ratios of bus bandwidth",
                     {"ranks", "size", "all_gather_single / gloo allgather", "reduce_scatter_single / allreduce+slice",
                      "all_reduce / gloo allreduce"},
@@ -188,12 +236,12 @@ std::vector<BenchTable> run_comm_suite(const BenchOptions& options) {
                     {"targets: all_gather_single >= 0.90 x gloo allgather; reduce_scatter_single >= 1.6 x "
                      "allreduce+slice at 64 MiB"}};
   for (int n : worlds) {
-    const auto times = run_world(n, options.quick);
+    const auto times = run_world(n, options.quick, sizes);
     BenchTable t{fmt::format("comm: {} ranks on loopback, f32, bus bandwidth (nccl-tests definitions)", n),
                  {"size", "variant", "time ms", "algbw GB/s", "busbw GB/s"},
                  {},
                  {}};
-    for (std::int64_t b : sizes_for(options.quick)) {
+    for (std::int64_t b : sizes) {
       std::map<std::string, double> bus;
       for (const char* v : kVariants) {
         auto it = times.find({v, b});

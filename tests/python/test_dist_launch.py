@@ -97,6 +97,14 @@ for dt in dtypes:
         pg.all_to_all_single(out, a[r])
         want = torch.cat([a[k][r * numel:(r + 1) * numel] for k in range(n)])
         assert torch.equal(out, want), (dt, "all_to_all")
+        # all_to_all_single with split sizes (rows of 3 elements; some splits empty), as torch's
+        rows = [[(k + 2 * j + numel) % 3 for j in range(n)] for k in range(n)]  # rows[k][j]: k -> j
+        a = [data(k, 3 * sum(rows[k]), dt, 3).reshape(-1, 3) for k in range(n)]
+        out = torch.empty(sum(rows[k][r] for k in range(n)), 3, dtype=dt)
+        pg.all_to_all_single(out, a[r], output_split_sizes=[rows[k][r] for k in range(n)],
+                             input_split_sizes=rows[r])
+        want = torch.cat([torch.split(a[k], rows[k])[r] for k in range(n)])
+        assert torch.equal(out, want), (dt, "all_to_all split sizes")
         # send/recv around the ring
         got = torch.empty(numel, dtype=dt)
         w = pg.send(mine[r], dst=(r + 1) % n, async_op=True)
