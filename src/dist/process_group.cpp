@@ -3,6 +3,7 @@
 // handle. Shrink/reconfigure/join are in membership.cpp; the algorithms in collectives.cpp.
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <mutex>
 
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/store.h>
@@ -160,9 +162,26 @@ GroupOptions resolve_options(GroupOptions o, bool need_rank) {
   return o;
 }
 
+// Gloo writes to its sockets with writev(), which raises SIGPIPE when the peer has died; the default
+// action would kill this rank on the spot, silently, instead of letting the collective report the dead
+// peer. So the first group sets SIGPIPE to ignored, unless the program already chose a disposition.
+void ignore_sigpipe_unless_handled() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+      struct sigaction ignore {};
+      ignore.sa_handler = SIG_IGN;
+      sigemptyset(&ignore.sa_mask);
+      sigaction(SIGPIPE, &ignore, nullptr);
+    }
+  });
+}
+
 std::shared_ptr<GroupImpl> make_group(const GroupOptions& o, std::shared_ptr<Store> root,
                                       std::shared_ptr<gloo::transport::Device> device, int rank, int size,
                                       int generation, std::int64_t join_consumed) {
+  ignore_sigpipe_unless_handled();
   auto g = std::make_shared<GroupImpl>();
   g->options = o;
   g->root_store = root;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <functional>
 #include <stdexcept>
@@ -108,12 +109,22 @@ inline ReduceOptions reduce_options(ReduceOp op, double factor = 1.0) {
 
 inline bool exited_ok(int st) { return WIFEXITED(st) && WEXITSTATUS(st) == 0; }
 
+// "exit 1", "killed by signal 13 (Broken pipe)": how a rank ended, for failure messages.
+inline std::string describe_exit(int st) {
+  if (WIFEXITED(st)) return fmt::format("exit {}", WEXITSTATUS(st));
+  if (WIFSIGNALED(st)) return fmt::format("killed by signal {} ({})", WTERMSIG(st), strsignal(WTERMSIG(st)));
+  return fmt::format("wait status {}", st);
+}
+
 // Runs fn(rank) as n ranks; true when all exit 0.
 inline bool run_ranks(int n, const std::function<void(int)>& fn, std::chrono::seconds limit = std::chrono::seconds(60)) {
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) pids.push_back(spawn([&, r] { fn(r); }, fmt::format("rank {}", r)));
   bool ok = true;
-  for (int st : wait_all(pids, limit)) ok = ok && exited_ok(st);
+  for (int st : wait_all(pids, limit)) {
+    if (!exited_ok(st)) std::fprintf(stderr, "run_ranks: a rank ended with %s\n", describe_exit(st).c_str());
+    ok = ok && exited_ok(st);
+  }
   return ok;
 }
 

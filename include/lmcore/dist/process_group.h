@@ -150,6 +150,8 @@ class Work {
   std::shared_ptr<detail::GroupImpl> group_;
 };
 
+// The first group created in a process sets SIGPIPE to ignored if it still has the default action:
+// a write to a dead peer must become an error of the collective, not kill the rank silently.
 class ProcessGroup {
  public:
   // Rank, world size and store from GroupOptions, falling back to the LMCORE_* environment.
