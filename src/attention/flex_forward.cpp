@@ -4,7 +4,6 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
-#include <mutex>
 #include <numeric>
 #include <vector>
 
@@ -13,29 +12,7 @@
 #include "src/attention/flex_kernels.h"
 #include "src/attention/row_kernels.h"
 
-extern "C" int openblas_get_num_threads(void);
-extern "C" void openblas_set_num_threads(int num_threads);
-
 namespace lmcore::attention::detail {
-
-namespace {
-std::mutex g_blas_mutex;
-int g_blas_guards = 0;
-int g_blas_saved = 1;
-}  // namespace
-
-BlasSingleThreaded::BlasSingleThreaded() {
-  std::lock_guard<std::mutex> lock(g_blas_mutex);
-  if (g_blas_guards++ == 0) {
-    g_blas_saved = openblas_get_num_threads();
-    if (g_blas_saved != 1) openblas_set_num_threads(1);
-  }
-}
-
-BlasSingleThreaded::~BlasSingleThreaded() {
-  std::lock_guard<std::mutex> lock(g_blas_mutex);
-  if (--g_blas_guards == 0 && g_blas_saved != 1) openblas_set_num_threads(g_blas_saved);
-}
 
 namespace {
 

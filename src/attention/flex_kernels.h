@@ -11,6 +11,7 @@
 
 #include "lmcore/attention/block_mask.h"
 #include "lmcore/attention/score_mod.h"
+#include "lmcore/core/matmul.h"
 
 namespace lmcore::attention::detail {
 
@@ -27,16 +28,7 @@ void flex_backward_f32(const AttentionShape& shape, const BlockMask& mask, const
                        const float* lse, float* dq, float* dk, float* dv,
                        std::vector<std::vector<double>>* score_mod_grads = nullptr);
 
-// While alive, OpenBLAS runs single-threaded: the kernels call sgemm on small tiles from inside
-// parallel_for, and a threaded sgemm per tile from every worker oversubscribes the cores (measured on
-// the 2-core box: 128x128x64 tiles from 2 workers reach 62 GFLOPS with 1 BLAS thread, 9 with 2).
-// Nested and concurrent guards share one count; the last one out restores the previous setting.
-class BlasSingleThreaded {
- public:
-  BlasSingleThreaded();
-  ~BlasSingleThreaded();
-  BlasSingleThreaded(const BlasSingleThreaded&) = delete;
-  BlasSingleThreaded& operator=(const BlasSingleThreaded&) = delete;
-};
+// The kernels hold lmcore::BlasSingleThreaded (lmcore/core/matmul.h) while they run.
+using lmcore::BlasSingleThreaded;
 
 }  // namespace lmcore::attention::detail

@@ -2,9 +2,30 @@
 
 #include <cblas.h>
 
+#include <mutex>
+
 #include "lmcore/core/parallel.h"
 
 namespace lmcore {
+
+namespace {
+std::mutex g_blas_mutex;
+int g_blas_guards = 0;
+int g_blas_saved = 1;
+}  // namespace
+
+BlasSingleThreaded::BlasSingleThreaded() {
+  std::lock_guard<std::mutex> lock(g_blas_mutex);
+  if (g_blas_guards++ == 0) {
+    g_blas_saved = openblas_get_num_threads();
+    if (g_blas_saved != 1) openblas_set_num_threads(1);
+  }
+}
+
+BlasSingleThreaded::~BlasSingleThreaded() {
+  std::lock_guard<std::mutex> lock(g_blas_mutex);
+  if (--g_blas_guards == 0 && g_blas_saved != 1) openblas_set_num_threads(g_blas_saved);
+}
 
 void gemm_f32(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
               const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,

@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <mutex>
 #include <type_traits>
 #include <vector>
 
@@ -20,9 +19,6 @@
 #include "lmcore/core/parallel.h"
 #include "src/loss/loss_common.h"
 #include "src/loss/tiling.h"
-
-extern "C" int openblas_get_num_threads(void);
-extern "C" void openblas_set_num_threads(int num_threads);
 
 namespace lmcore {
 
@@ -84,40 +80,6 @@ struct GradSinks {
   Acc* db = nullptr;  // [V]
 };
 
-// OpenBLAS set to one thread for as long as any guard lives. The fused kernel runs one sgemm per
-// thread on its own slice of the vocabulary: OpenBLAS's own threading of these shapes (a tile's few
-// hundred token rows against all of W) keeps both cores busy at well under half their sgemm speed,
-// and its spinning workers would also slow the row loops between the GEMMs.
-class BlasSingleThreaded {
- public:
-  BlasSingleThreaded() {
-    std::lock_guard<std::mutex> lock(mutex());
-    if (guards()++ == 0) {
-      saved() = openblas_get_num_threads();
-      if (saved() != 1) openblas_set_num_threads(1);
-    }
-  }
-  ~BlasSingleThreaded() {
-    std::lock_guard<std::mutex> lock(mutex());
-    if (--guards() == 0 && saved() != 1) openblas_set_num_threads(saved());
-  }
-  BlasSingleThreaded(const BlasSingleThreaded&) = delete;
-  BlasSingleThreaded& operator=(const BlasSingleThreaded&) = delete;
-
- private:
-  static std::mutex& mutex() {
-    static std::mutex m;
-    return m;
-  }
-  static int& guards() {
-    static int n = 0;
-    return n;
-  }
-  static int& saved() {
-    static int n = 1;
-    return n;
-  }
-};
 
 // The tiled kernel. Each step that touches W is cut into `pieces` contiguous vocabulary slices, one
 // per thread, and each slice makes its own single-threaded GEMM calls (in panels of P rows when W

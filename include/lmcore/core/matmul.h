@@ -28,4 +28,18 @@ void gemm_f64(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::i
               const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double beta, double* c,
               std::int64_t ldc);
 
+// While alive, OpenBLAS runs single-threaded. For kernels (attention, loss) that call sgemm on tiles
+// from inside parallel_for: a threaded sgemm per tile from every worker oversubscribes the cores, and
+// OpenBLAS's own split of a few hundred rows runs well under half its single-thread speed (measured on
+// the 2-core box: 128x128x64 tiles from 2 workers reach 62 GFLOPS with 1 BLAS thread, 9 with 2).
+// Nested and concurrent guards, from any part, share one count; the last one out restores the
+// setting found by the first.
+class BlasSingleThreaded {
+ public:
+  BlasSingleThreaded();
+  ~BlasSingleThreaded();
+  BlasSingleThreaded(const BlasSingleThreaded&) = delete;
+  BlasSingleThreaded& operator=(const BlasSingleThreaded&) = delete;
+};
+
 }  // namespace lmcore
