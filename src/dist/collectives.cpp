@@ -207,12 +207,11 @@ void ring_reduce_scatter(Exec& ex, std::byte* src, std::byte* out, const std::ve
   while (!inflight.empty()) complete_oldest();
 }
 
-// Direct all-gather over `buf` (segments as in ring_all_gather): this rank's segment goes straight
-// to every peer. The same bytes as the ring, in one latency instead of n-1.
+// Direct all-gather over `buf` (segments as in ring_all_gather) on `slot`: this rank's segment goes
+// straight to every peer. The same bytes as the ring, in one latency instead of n-1.
 void direct_all_gather(Exec& ex, Exec::Buffer& buf, const std::vector<std::size_t>& off,
-                       const std::vector<std::size_t>& len, std::uint32_t step) {
+                       const std::vector<std::size_t>& len, std::uint64_t slot) {
   const int n = ex.size(), r = ex.rank();
-  const std::uint64_t slot = ex.data_slot(step);
   int recvs = 0, sends = 0;
   for (int p = 0; p < n; ++p) {
     if (p != r && len[p] > 0) {
@@ -395,20 +394,11 @@ void check_split_tables(Exec& ex) {
   const auto to = all_to_all_split_elements(op, n, true), from = all_to_all_split_elements(op, n, false);
   std::copy(to.begin(), to.end(), table.begin() + static_cast<std::ptrdiff_t>(row * r));
   std::copy(from.begin(), from.end(), table.begin() + static_cast<std::ptrdiff_t>(row * r + n));
-  std::vector<std::int64_t> mine(table.begin() + static_cast<std::ptrdiff_t>(row * r),
-                                 table.begin() + static_cast<std::ptrdiff_t>(row * (r + 1)));
   {
-    Exec::Buffer in_buf(ex, table.data(), table.size() * sizeof(std::int64_t));
-    Exec::Buffer out_buf(ex, mine.data(), mine.size() * sizeof(std::int64_t));
-    const std::size_t bytes = row * sizeof(std::int64_t);
-    for (int p = 0; p < n; ++p) {
-      if (p != r) in_buf.recv(p, kSplitsSlot, static_cast<std::size_t>(p) * bytes, bytes);
-    }
-    for (int p = 0; p < n; ++p) {
-      if (p != r) out_buf.send(p, kSplitsSlot, 0, bytes);
-    }
-    for (int p = 1; p < n; ++p) in_buf.wait_recv();
-    for (int p = 1; p < n; ++p) out_buf.wait_send();
+    Exec::Buffer buf(ex, table.data(), table.size() * sizeof(std::int64_t));
+    std::vector<std::size_t> off, len;
+    split_even(n, n, row * sizeof(std::int64_t), off, len);  // one row per rank
+    direct_all_gather(ex, buf, off, len, kSplitsSlot);
   }
   for (int a = 0; a < n; ++a) {
     for (int b = 0; b < n; ++b) {
@@ -503,20 +493,13 @@ void run_all_reduce(Exec& ex) {
     if (nbytes <= std::min(kDirectAllReduceBytes, direct_bytes(ex)) || count < n) {
       // Direct: every rank receives every buffer and folds them in rank order (same bits everywhere).
       std::vector<std::byte> all(nbytes * static_cast<std::size_t>(n));
-      {
-        Exec::Buffer recv_buf(ex, all.data(), all.size());
-        Exec::Buffer send_buf(ex, data, nbytes);
-        const std::uint64_t slot = ex.data_slot(0);
-        for (int p = 0; p < n; ++p) {
-          if (p != r) recv_buf.recv(p, slot, static_cast<std::size_t>(p) * nbytes, nbytes);
-        }
-        for (int p = 0; p < n; ++p) {
-          if (p != r) send_buf.send(p, slot, 0, nbytes);
-        }
-        for (int p = 1; p < n; ++p) recv_buf.wait_recv();
-        for (int p = 1; p < n; ++p) send_buf.wait_send();
-      }
       std::memcpy(all.data() + static_cast<std::size_t>(r) * nbytes, data, nbytes);
+      {
+        Exec::Buffer buf(ex, all.data(), all.size());
+        std::vector<std::size_t> off, len;
+        split_even(n, n, nbytes, off, len);  // one whole buffer per rank
+        direct_all_gather(ex, buf, off, len, ex.data_slot(0));
+      }
       for (int p = 1; p < n; ++p) combine(all.data(), all.data(), all.data() + static_cast<std::size_t>(p) * nbytes, count, dt, cop);
       std::memcpy(data, all.data(), nbytes);
     } else {
@@ -534,7 +517,7 @@ void run_all_reduce(Exec& ex) {
       }
       Exec::Buffer buf(ex, data, nbytes);
       if (direct) {
-        direct_all_gather(ex, buf, off, len, 1);
+        direct_all_gather(ex, buf, off, len, ex.data_slot(1));
       } else {
         ring_all_gather(ex, buf, off, len, dtype_size(dt), 1);
       }
@@ -572,10 +555,10 @@ void run_all_gather(Exec& ex) {
   }
   if (n == 1) return;
   Exec::Buffer buf(ex, out, nb * static_cast<std::size_t>(n));
-  std::vector<std::size_t> off(n), len(n, nb);
-  for (int i = 0; i < n; ++i) off[i] = static_cast<std::size_t>(i) * nb;
+  std::vector<std::size_t> off, len;
+  split_even(n, n, nb, off, len);  // one input per rank
   if (nb * static_cast<std::size_t>(n) <= direct_bytes(ex)) {
-    direct_all_gather(ex, buf, off, len, 0);
+    direct_all_gather(ex, buf, off, len, ex.data_slot(0));
   } else {
     ring_all_gather(ex, buf, off, len, op.b.itemsize(), 0);
   }
@@ -599,8 +582,8 @@ void run_reduce_scatter(Exec& ex) {
   if (n == 1) {
     std::memmove(out, src, nb);
   } else {
-    std::vector<std::size_t> off(n), len(n, nb);
-    for (int i = 0; i < n; ++i) off[i] = static_cast<std::size_t>(i) * nb;
+    std::vector<std::size_t> off, len;
+    split_even(n, n, nb, off, len);  // one output per rank
     if (nb * static_cast<std::size_t>(n) <= direct_bytes(ex)) {
       direct_reduce_scatter(ex, src, out, off, len, dt, combine_op_of(op.rop), 0);
     } else {
