@@ -54,20 +54,39 @@ class RawLocator {
   // Per cell (all cells, in order): decoded source and raw offsets (one per byte, plus the end).
   bool run(std::vector<std::pair<std::string, std::vector<std::uint32_t>>>& cells) {
     ws();
+    return object([&](const std::string& key) { return key == "cells" ? cell_list(cells) : skip(); });
+  }
+
+ private:
+  bool cell_list(std::vector<std::pair<std::string, std::vector<std::uint32_t>>>& cells) {
+    return array([&] {
+      cells.emplace_back();
+      std::string& text = cells.back().first;
+      std::vector<std::uint32_t>& raw = cells.back().second;
+      const bool ok = peek() != '{' ? skip() : object([&](const std::string& key) {
+        if (key == "source" && peek() == '"') return string(&text, &raw);
+        if (key == "source" && peek() == '[') return array([&] { return string(&text, &raw); });
+        return skip();
+      });
+      raw.push_back(static_cast<std::uint32_t>(p_));  // one past the end
+      return ok;
+    });
+  }
+
+  // The object at p_: `member(key)` reads each member's value (starting at the value).
+  template <typename Member>
+  bool object(Member&& member) {
     if (!eat('{')) return false;
     ws();
     if (eat('}')) return true;
+    std::string key;
     while (true) {
-      std::string key;
+      key.clear();
       if (!string(&key, nullptr)) return false;
       ws();
       if (!eat(':')) return false;
       ws();
-      if (key == "cells") {
-        if (!cell_list(cells)) return false;
-      } else if (!skip()) {
-        return false;
-      }
+      if (!member(key)) return false;
       ws();
       if (eat('}')) return true;
       if (!eat(',')) return false;
@@ -75,51 +94,14 @@ class RawLocator {
     }
   }
 
- private:
-  bool cell_list(std::vector<std::pair<std::string, std::vector<std::uint32_t>>>& cells) {
+  // The array at p_: `element()` reads each element (starting at the element).
+  template <typename Element>
+  bool array(Element&& element) {
     if (!eat('[')) return false;
     ws();
     if (eat(']')) return true;
     while (true) {
-      cells.emplace_back();
-      auto& [text, raw] = cells.back();
-      if (peek() == '{') {
-        ++p_;
-        ws();
-        if (!eat('}')) {
-          while (true) {
-            std::string key;
-            if (!string(&key, nullptr)) return false;
-            ws();
-            if (!eat(':')) return false;
-            ws();
-            if (key == "source" && peek() == '"') {
-              if (!string(&text, &raw)) return false;
-            } else if (key == "source" && peek() == '[') {
-              ++p_;
-              ws();
-              if (!eat(']')) {
-                while (true) {
-                  if (!string(&text, &raw)) return false;
-                  ws();
-                  if (eat(']')) break;
-                  if (!eat(',')) return false;
-                  ws();
-                }
-              }
-            } else if (!skip()) {
-              return false;
-            }
-            ws();
-            if (eat('}')) break;
-            if (!eat(',')) return false;
-            ws();
-          }
-        }
-      } else if (!skip()) {
-        return false;
-      }
-      raw.push_back(static_cast<std::uint32_t>(p_));  // one past the end
+      if (!element()) return false;
       ws();
       if (eat(']')) return true;
       if (!eat(',')) return false;
@@ -196,24 +178,8 @@ class RawLocator {
     ws();
     const char c = peek();
     if (c == '"') return string(nullptr, nullptr);
-    if (c == '{' || c == '[') {
-      const char close = c == '{' ? '}' : ']';
-      ++p_;
-      ws();
-      if (eat(close)) return true;
-      while (true) {
-        if (c == '{') {
-          if (!string(nullptr, nullptr)) return false;
-          ws();
-          if (!eat(':')) return false;
-        }
-        if (!skip()) return false;
-        ws();
-        if (eat(close)) return true;
-        if (!eat(',')) return false;
-        ws();
-      }
-    }
+    if (c == '{') return object([&](const std::string&) { return skip(); });
+    if (c == '[') return array([&] { return skip(); });
     // number, true, false, null
     const std::size_t b = p_;
     while (p_ < s_.size() && std::string_view(",}] \t\r\n").find(s_[p_]) == std::string_view::npos) ++p_;
