@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "src/loss/row_kernels.h"
 
@@ -54,24 +55,10 @@ float RowMax(const float* HWY_RESTRICT x, std::int64_t n) {
   return std::isnan(hn::GetLane(hn::SumOfLanes(d, nan))) ? std::numeric_limits<float>::quiet_NaN() : m;
 }
 
-float RowExpSum(const float* HWY_RESTRICT x, std::int64_t n, float m) {
-  const D d;
-  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d));
-  const V vm = hn::Set(d, m);
-  // Two accumulators: the adds do not wait on each other behind the long exp.
-  V s0 = hn::Zero(d), s1 = hn::Zero(d);
-  std::int64_t j = 0;
-  for (; j + 2 * N <= n; j += 2 * N) {
-    s0 = hn::Add(s0, hn::Exp(d, hn::Sub(hn::LoadU(d, x + j), vm)));
-    s1 = hn::Add(s1, hn::Exp(d, hn::Sub(hn::LoadU(d, x + j + N), vm)));
-  }
-  for (; j + N <= n; j += N) s0 = hn::Add(s0, hn::Exp(d, hn::Sub(hn::LoadU(d, x + j), vm)));
-  if (j < n)
-    s1 = hn::Add(s1, hn::Exp(d, hn::Sub(LoadTail(d, x, j, n, -std::numeric_limits<float>::infinity()), vm)));
-  return hn::GetLane(hn::SumOfLanes(d, hn::Add(s0, s1)));
-}
-
-float RowExpStoreSum(float* HWY_RESTRICT x, std::int64_t n, float m) {
+// sum_j exp(x[j] - m), and with kStore also x[j] = exp(x[j] - m). Two accumulators: the adds do not
+// wait on each other behind the long exp.
+template <bool kStore>
+float ExpSum(std::conditional_t<kStore, float*, const float*> HWY_RESTRICT x, std::int64_t n, float m) {
   const D d;
   const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d));
   const V vm = hn::Set(d, m);
@@ -80,23 +67,28 @@ float RowExpStoreSum(float* HWY_RESTRICT x, std::int64_t n, float m) {
   for (; j + 2 * N <= n; j += 2 * N) {
     const V e0 = hn::Exp(d, hn::Sub(hn::LoadU(d, x + j), vm));
     const V e1 = hn::Exp(d, hn::Sub(hn::LoadU(d, x + j + N), vm));
-    hn::StoreU(e0, d, x + j);
-    hn::StoreU(e1, d, x + j + N);
+    if constexpr (kStore) {
+      hn::StoreU(e0, d, x + j);
+      hn::StoreU(e1, d, x + j + N);
+    }
     s0 = hn::Add(s0, e0);
     s1 = hn::Add(s1, e1);
   }
   for (; j + N <= n; j += N) {
     const V e = hn::Exp(d, hn::Sub(hn::LoadU(d, x + j), vm));
-    hn::StoreU(e, d, x + j);
+    if constexpr (kStore) hn::StoreU(e, d, x + j);
     s0 = hn::Add(s0, e);
   }
   if (j < n) {
     const V e = hn::Exp(d, hn::Sub(LoadTail(d, x, j, n, -std::numeric_limits<float>::infinity()), vm));
-    StoreTail(d, e, x, j, n);
+    if constexpr (kStore) StoreTail(d, e, x, j, n);
     s1 = hn::Add(s1, e);
   }
   return hn::GetLane(hn::SumOfLanes(d, hn::Add(s0, s1)));
 }
+
+float RowExpSum(const float* HWY_RESTRICT x, std::int64_t n, float m) { return ExpSum<false>(x, n, m); }
+float RowExpStoreSum(float* HWY_RESTRICT x, std::int64_t n, float m) { return ExpSum<true>(x, n, m); }
 
 float RowWeightedSum(const float* HWY_RESTRICT x, const float* HWY_RESTRICT w, std::int64_t n) {
   const D d;
