@@ -2,11 +2,12 @@
 //
 // Rings send to rank+1 and receive from rank-1, with each segment cut into pipelined pieces (see
 // ring_chunks); below GroupOptions::direct_max_bytes, blocks go straight to the rank that needs them.
-// Every payload call is preceded by exchange_headers (a barrier in itself), which checks that all
-// ranks called the same thing.
+// Every call starts with exchange_headers (a barrier in itself), which checks that all ranks called
+// the same thing; up to kInlineBytes per peer, the payload travels in that same round.
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <optional>
 
 #include "src/dist/group_impl.h"
 #include "src/dist/reduce.h"
@@ -29,6 +30,7 @@ std::string header_text(const Header& h) {
   if (kind == OpKind::broadcast) s += fmt::format(" root={}", h.root);
   s += fmt::format(" in={} out={} elements (seq {}, generation {}; direct_max_bytes {}, ring_chunk_bytes {})",
                    h.count_in, h.count_out, h.seq, h.generation, h.direct_max_bytes, h.ring_chunk_bytes);
+  if (h.inline_bytes != 0) s += fmt::format(" with {} payload bytes", h.inline_bytes);
   if (h.local_error[0] != '\0') s += fmt::format(" invalid here: {}", std::string(h.local_error, strnlen(h.local_error, sizeof(h.local_error))));
   return s;
 }
@@ -100,9 +102,14 @@ void split_even(std::int64_t count, int n, std::size_t elsize, std::vector<std::
 // worked through its segment. Every rank derives the same cuts from the same sizes and options.
 constexpr int kRingInflight = 4;
 
+constexpr std::size_t kMinRingPiece = 128 * 1024;
+
 int ring_chunks(const Exec& ex, std::size_t max_len) {
   const std::size_t c = std::max<std::size_t>(ex.group().options.ring_chunk_bytes, 1);
-  return static_cast<int>(std::max<std::size_t>(1, (max_len + c - 1) / c));
+  // At least two pieces once a segment is large: a neighbour can then forward the first half
+  // while the second is still arriving (Gloo's own ring allgather always halves its segments).
+  const std::size_t at_least = max_len >= 2 * kMinRingPiece ? 2 : 1;
+  return static_cast<int>(std::max<std::size_t>(at_least, (max_len + c - 1) / c));
 }
 // At most `chunks`: piece (k-1, j) must complete before piece (k, j), which forwards it, is posted.
 int ring_inflight(int chunks) { return std::min(chunks, kRingInflight); }
@@ -117,36 +124,81 @@ void piece_of(std::size_t off, std::size_t len, int j, int chunks, std::size_t a
   l = (j + 1 == chunks ? len - a * align : (b - a) * align);
 }
 
+// What lets an all-gather start moving data before the header round has finished (HeaderRound):
+// data goes only to a peer whose header agrees with this rank's (so its receives are posted for
+// exactly that data), and finish() gives the verdict of the whole round, throwing on a mismatch.
+class AllGatherGate {
+ public:
+  virtual bool agrees(int peer) = 0;
+  virtual void finish() = 0;
+
+ protected:
+  ~AllGatherGate() = default;
+};
+
 // Ring all-gather over `buf` whose segment i is [off[i], off[i]+len[i]) and this rank's segment is
 // already in place. Step k sends segment (r-k) and receives segment (r-k-1), piece by piece; piece j
-// of step k forwards what piece j of step k-1 received.
+// of step k forwards what piece j of step k-1 received. Every receive is posted up front (each piece
+// has its own place in `buf`), so a peer never waits for this rank to post one.
+//
+// With a gate, step 0 (this rank's own segment) starts before the gate's verdict and overlaps it;
+// on a mismatch, step 0's transfers with agreeing neighbours are completed before the error is
+// rethrown, so nothing is left half-sent, and no rank sends anything past step 0.
 void ring_all_gather(Exec& ex, Exec::Buffer& buf, const std::vector<std::size_t>& off,
-                     const std::vector<std::size_t>& len, std::size_t align, std::uint32_t step) {
+                     const std::vector<std::size_t>& len, std::size_t align, std::uint32_t step,
+                     AllGatherGate* gate = nullptr) {
   const int n = ex.size(), r = ex.rank();
   const int right = (r + 1) % n, left = (r + n - 1) % n;
   const std::uint64_t slot = ex.data_slot(step);
   const int chunks = ring_chunks(ex, *std::max_element(len.begin(), len.end()));
-  const int window = ring_inflight(chunks);  // <= chunks: piece (k-1, j) completes before (k, j) is posted
-  struct Posted { bool send, recv; };
-  std::deque<Posted> inflight;
-  auto complete_oldest = [&] {
-    const Posted p = inflight.front();
-    inflight.pop_front();
-    if (p.recv) buf.wait_recv();
-    if (p.send) buf.wait_send();
-  };
-  for (int i = 0; i < (n - 1) * chunks; ++i) {
-    const int k = i / chunks, j = i % chunks;
-    if (static_cast<int>(inflight.size()) == window) complete_oldest();
-    const int s_seg = ((r - k) % n + n) % n, r_seg = ((r - k - 1) % n + n) % n;
-    std::size_t so, sl, ro, rl;
-    piece_of(off[s_seg], len[s_seg], j, chunks, align, so, sl);
-    piece_of(off[r_seg], len[r_seg], j, chunks, align, ro, rl);
-    if (rl > 0) buf.recv(left, slot, ro, rl);
-    if (sl > 0) buf.send(right, slot, so, sl);
-    inflight.push_back({sl > 0, rl > 0});
+  auto piece = [&](int seg, int j, std::size_t& o, std::size_t& l) { piece_of(off[seg], len[seg], j, chunks, align, o, l); };
+  int recvs = 0, sends = 0, recvs_step0 = 0;
+  for (int k = 0; k < n - 1; ++k) {
+    for (int j = 0; j < chunks; ++j) {
+      std::size_t ro, rl;
+      piece(((r - k - 1) % n + n) % n, j, ro, rl);
+      if (rl > 0) {
+        buf.recv(left, slot, ro, rl);
+        ++recvs;
+      }
+    }
+    if (k == 0) recvs_step0 = recvs;
   }
-  while (!inflight.empty()) complete_oldest();
+  const bool to_right = gate == nullptr || gate->agrees(right);
+  const bool from_left = gate == nullptr || gate->agrees(left);
+  for (int j = 0; j < chunks && to_right; ++j) {
+    std::size_t so, sl;
+    piece(r, j, so, sl);
+    if (sl > 0) {
+      buf.send(right, slot, so, sl);
+      ++sends;
+    }
+  }
+  if (gate != nullptr) {
+    try {
+      gate->finish();
+    } catch (const DistError&) {
+      for (int i = 0; i < recvs_step0 && from_left; ++i) buf.wait_recv();
+      for (int i = 0; i < sends; ++i) buf.wait_send();
+      throw;
+    }
+  }
+  // Receives complete in the order they were posted (one slot, one sender, one stream).
+  int waited = 0;
+  for (int k = 1; k < n - 1; ++k) {
+    for (int j = 0; j < chunks; ++j) {
+      std::size_t o, l;
+      piece(((r - k) % n + n) % n, j, o, l);  // received as piece j of step k-1, forwarded now
+      if (l > 0) {
+        buf.wait_recv();
+        ++waited;
+        buf.send(right, slot, o, l);
+        ++sends;
+      }
+    }
+  }
+  for (; waited < recvs; ++waited) buf.wait_recv();
+  for (int i = 0; i < sends; ++i) buf.wait_send();
 }
 
 // Ring reduce-scatter: segment s of `src` is this rank's contribution to segment s; afterwards
@@ -208,20 +260,28 @@ void ring_reduce_scatter(Exec& ex, std::byte* src, std::byte* out, const std::ve
 }
 
 // Direct all-gather over `buf` (segments as in ring_all_gather) on `slot`: this rank's segment goes
-// straight to every peer. The same bytes as the ring, in one latency instead of n-1.
+// straight to every peer. The same bytes as the ring, in one latency instead of n-1. With a gate,
+// the segment goes to each peer that agrees, and the data of every agreeing peer is in before the
+// gate's verdict is taken (a disagreeing peer sends nothing to this rank, nor this rank to it).
 void direct_all_gather(Exec& ex, Exec::Buffer& buf, const std::vector<std::size_t>& off,
-                       const std::vector<std::size_t>& len, std::uint64_t slot) {
+                       const std::vector<std::size_t>& len, std::uint64_t slot, AllGatherGate* gate = nullptr) {
   const int n = ex.size(), r = ex.rank();
-  int recvs = 0, sends = 0;
   for (int p = 0; p < n; ++p) {
-    if (p != r && len[p] > 0) {
-      buf.recv(p, slot, off[p], len[p]);
-      ++recvs;
+    if (p != r && len[p] > 0) buf.recv(p, slot, off[p], len[p]);
+  }
+  int recvs = 0, sends = 0;
+  for (int k = 1; k < n; ++k) {
+    const int p = (r + k) % n;
+    if (gate != nullptr && !gate->agrees(p)) continue;
+    if (len[p] > 0) ++recvs;
+    if (len[r] > 0) {
+      buf.send(p, slot, off[r], len[r]);
+      ++sends;
     }
   }
-  for (int k = 1; k < n && len[r] > 0; ++k, ++sends) buf.send((r + k) % n, slot, off[r], len[r]);
   for (int i = 0; i < recvs; ++i) buf.wait_recv();
   for (int i = 0; i < sends; ++i) buf.wait_send();
+  if (gate != nullptr) gate->finish();
 }
 
 // Direct reduce-scatter (segments as in ring_reduce_scatter): segment p of `src` goes straight to
@@ -418,64 +478,208 @@ void check_split_tables(Exec& ex) {
   }
 }
 
-}  // namespace
+// The first round can carry the payload itself when each peer's share is at most kInlineBytes and
+// the call would take a one-round direct path anyway (so direct_max_bytes still decides: 0 forces
+// the rings). Then a small collective costs one latency, as in Gloo, instead of a header round
+// followed by a payload round. Every receive is posted for a header plus kInlineBytes, whatever this
+// rank expects, so a peer that disagrees (and so sends more or less) still lands inside the buffer;
+// the headers then disagree and no rank uses a payload.
+constexpr std::size_t kInlineBytes = 256 * 1024;
 
-void exchange_headers(Exec& ex, const Header& mine) {
-  GroupImpl& g = ex.group();
+struct InlinePlan {
+  bool on = false;            // the payload rides with the headers
+  bool same_for_all = true;   // every peer gets the same share (else share p goes to peer p)
+  std::size_t bytes = 0;      // one share
+};
+
+InlinePlan inline_plan(const Exec& ex, const Header& mine) {
+  InlinePlan plan;
   const OpDesc& op = ex.op();
-  const int n = ex.size(), r = ex.rank();
-  std::vector<Header> all(static_cast<std::size_t>(n));
-  std::vector<int> peers;
-  if (is_p2p(op.kind)) {
-    peers.push_back(op.peer);
-  } else {
-    for (int p = 0; p < n; ++p) {
-      if (p != r) peers.push_back(p);
-    }
+  const std::size_t n = static_cast<std::size_t>(ex.size()), direct = direct_bytes(ex);
+  if (mine.local_error[0] != '\0' || n == 1 || is_p2p(op.kind)) return plan;
+  switch (op.kind) {
+    case OpKind::all_gather:
+      plan.bytes = op.b.nbytes();
+      plan.on = plan.bytes * n <= direct;
+      break;
+    case OpKind::all_reduce:
+      plan.bytes = op.a.nbytes();
+      plan.on = plan.bytes <= std::min(kDirectAllReduceBytes, direct);
+      break;
+    case OpKind::broadcast:
+      plan.bytes = op.a.nbytes();
+      plan.on = plan.bytes <= direct;
+      break;
+    case OpKind::reduce_scatter:
+      plan.bytes = op.a.nbytes();
+      plan.same_for_all = false;
+      plan.on = plan.bytes * n <= direct;
+      break;
+    case OpKind::all_to_all:
+      plan.bytes = op.b.nbytes() / n;
+      plan.same_for_all = false;
+      plan.on = mine.uneven_splits == 0 && op.b.nbytes() <= direct;
+      break;
+    default:
+      break;
   }
-  all[static_cast<std::size_t>(r)] = mine;
-  if (!peers.empty()) {
-    const std::uint64_t slot =
-        is_p2p(op.kind) ? (std::uint64_t{2} << 60) | op.p2p_slot_key : kHeaderSlot;
-    Header out = mine;
-    Exec::Buffer in_buf(ex, all.data(), all.size() * sizeof(Header));
-    Exec::Buffer out_buf(ex, &out, sizeof(Header));
-    for (int p : peers) in_buf.recv(p, slot, static_cast<std::size_t>(p) * sizeof(Header), sizeof(Header));
-    for (int p : peers) out_buf.send(p, slot, 0, sizeof(Header));
-    for (std::size_t i = 0; i < peers.size(); ++i) in_buf.wait_recv();
-    for (std::size_t i = 0; i < peers.size(); ++i) out_buf.wait_send();
+  plan.on = plan.on && plan.bytes <= kInlineBytes;
+  return plan;
+}
+
+// Whether `sender` puts a share in its first-round messages under `plan` (a broadcast: the root only).
+bool sends_share(const Exec& ex, const InlinePlan& plan, int sender) {
+  return plan.on && (ex.op().kind != OpKind::broadcast || sender == ex.op().peer);
+}
+
+// This rank's share for `peer` (for reduce_scatter and all_reduce also its own contribution, with
+// premul_sum's factor applied, so that the fold takes every contribution from the same place).
+void write_share(const Exec& ex, const InlinePlan& plan, int peer, std::byte* dst) {
+  const OpDesc& op = ex.op();
+  if (plan.bytes == 0) return;
+  const auto* in = static_cast<const std::byte*>(op.b.defined() ? op.b.data_ptr() : op.a.data_ptr());
+  const std::byte* src = plan.same_for_all ? in : in + static_cast<std::size_t>(peer) * plan.bytes;
+  const bool scale = op.rop == ReduceOp::premul_sum && (op.kind == OpKind::all_reduce || op.kind == OpKind::reduce_scatter);
+  if (scale) {
+    premultiply(dst, src, static_cast<std::int64_t>(plan.bytes / op.a.itemsize()), op.a.dtype(), op.factor);
+  } else {
+    std::memcpy(dst, src, plan.bytes);
+  }
+}
+
+// The header round, in two halves so that all_gather can overlap it with its first data step: the
+// constructor posts every send and receive, agrees(p) waits for one peer's header, finish() for all
+// of them, and throws the mismatch error (the same on every rank) if any two disagree.
+class HeaderRound final : public AllGatherGate {
+ public:
+  HeaderRound(Exec& ex, const Header& header)
+      : ex_(ex), op_(ex.op()), n_(ex.size()), r_(ex.rank()), plan_(inline_plan(ex, header)), mine_(header),
+        all_(static_cast<std::size_t>(n_)), have_(static_cast<std::size_t>(n_), false) {
+    GroupImpl& g = ex.group();
+    if (sends_share(ex, plan_, r_)) mine_.inline_bytes = static_cast<std::uint32_t>(plan_.bytes);
+    if (is_p2p(op_.kind)) {
+      peers_.push_back(op_.peer);
+    } else {
+      for (int p = 0; p < n_; ++p) {
+        if (p != r_) peers_.push_back(p);
+      }
+    }
+    all_[static_cast<std::size_t>(r_)] = mine_;
+    have_[static_cast<std::size_t>(r_)] = true;
+    // Messages out: one (the same for every peer) or one per rank; in: one per rank.
+    out_len_ = sizeof(Header) + mine_.inline_bytes;
+    const std::size_t out_count = plan_.same_for_all ? 1 : static_cast<std::size_t>(n_);
+    in_stride_ = sizeof(Header) + (is_p2p(op_.kind) ? 0 : kInlineBytes);
+    // Collectives run one at a time and reuse the group's buffers; send and recv run on threads of
+    // their own, beside them, and use their own.
+    out_mem_ = is_p2p(op_.kind) ? &p2p_out_ : &g.first_out;
+    in_mem_ = is_p2p(op_.kind) ? &p2p_in_ : &g.first_in;
+    out_mem_->resize(std::max(out_mem_->size(), out_len_ * out_count));
+    in_mem_->resize(std::max(in_mem_->size(), in_stride_ * static_cast<std::size_t>(n_)));
+    for (std::size_t m = 0; m < out_count; ++m) {
+      std::byte* msg = out_mem_->data() + m * out_len_;
+      std::memcpy(msg, &mine_, sizeof(Header));
+      if (mine_.inline_bytes > 0) write_share(ex, plan_, static_cast<int>(m), msg + sizeof(Header));
+    }
+    if (peers_.empty()) return;
+    const std::uint64_t slot = is_p2p(op_.kind) ? (std::uint64_t{2} << 60) | op_.p2p_slot_key : kHeaderSlot;
+    // One receive buffer per peer: a Gloo buffer counts completions but does not say whose they are.
+    in_bufs_.resize(static_cast<std::size_t>(n_));
+    for (int p : peers_) {
+      auto& b = in_bufs_[static_cast<std::size_t>(p)];
+      b = std::make_unique<Exec::Buffer>(ex, in_mem_->data() + static_cast<std::size_t>(p) * in_stride_, in_stride_);
+      b->recv(p, slot, 0, in_stride_);
+    }
+    out_buf_.emplace(ex, out_mem_->data(), out_len_ * out_count);
+    for (int p : peers_) out_buf_->send(p, slot, plan_.same_for_all ? 0 : static_cast<std::size_t>(p) * out_len_, out_len_);
+  }
+
+  const InlinePlan& plan() const { return plan_; }
+
+  // Whether peer p called the same thing as this rank (waits for its header). A rank that sends
+  // data before finish() sends only to peers that agree, which have posted receives of that size.
+  bool agrees(int p) override {
+    wait_for(p);
+    const Header& h = all_[static_cast<std::size_t>(p)];
+    return h.magic == mine_.magic && h.local_error[0] == '\0' && mine_.local_error[0] == '\0' &&
+           same_call(h, mine_, false) && h.inline_bytes == mine_.inline_bytes;
+  }
+
+  void finish() override {
+    for (int p : peers_) wait_for(p);
+    for (std::size_t i = 0; i < peers_.size(); ++i) out_buf_->wait_send();
+    verdict();
+  }
+
+ private:
+  void wait_for(int p) {
+    const auto i = static_cast<std::size_t>(p);
+    if (have_[i]) return;
+    in_bufs_[i]->wait_recv();
+    std::memcpy(&all_[i], in_mem_->data() + i * in_stride_, sizeof(Header));
+    have_[i] = true;
   }
 
   // Every rank now holds the same headers, so every rank reaches the same verdict and message.
-  bool bad = false;
-  std::vector<int> ranks = peers;
-  ranks.push_back(r);
-  std::sort(ranks.begin(), ranks.end());
-  bool uneven = false;
-  for (int p : ranks) uneven = uneven || all[static_cast<std::size_t>(p)].uneven_splits != 0;
-  for (int p : ranks) {
-    const Header& h = all[static_cast<std::size_t>(p)];
-    if (h.magic != mine.magic || h.local_error[0] != '\0') bad = true;
-    if (is_p2p(op.kind)) {
-      const bool pair_ok = h.dtype_in == mine.dtype_in && h.count_in == mine.count_in && h.generation == mine.generation &&
-                           (p == r || (h.op != mine.op));  // one send meets one recv
-      if (!pair_ok) bad = true;
-    } else if (!same_call(h, all[static_cast<std::size_t>(ranks.front())], uneven)) {
-      bad = true;
+  void verdict() {
+    bool bad = false;
+    std::vector<int> ranks = peers_;
+    ranks.push_back(r_);
+    std::sort(ranks.begin(), ranks.end());
+    bool uneven = false;
+    for (int p : ranks) uneven = uneven || all_[static_cast<std::size_t>(p)].uneven_splits != 0;
+    for (int p : ranks) {
+      const Header& h = all_[static_cast<std::size_t>(p)];
+      if (h.magic != mine_.magic || h.local_error[0] != '\0') bad = true;
+      if (is_p2p(op_.kind)) {
+        const bool pair_ok = h.dtype_in == mine_.dtype_in && h.count_in == mine_.count_in &&
+                             h.generation == mine_.generation && (p == r_ || (h.op != mine_.op));  // one send meets one recv
+        if (!pair_ok) bad = true;
+      } else if (!same_call(h, all_[static_cast<std::size_t>(ranks.front())], uneven)) {
+        bad = true;
+      }
     }
+    // A share from every peer that should have sent one, of the size this rank expects (it follows
+    // from the headers just compared; checked so that a peer's protocol error cannot be misread).
+    for (int p : ranks) {
+      const std::uint32_t want = sends_share(ex_, plan_, p) ? static_cast<std::uint32_t>(plan_.bytes) : 0;
+      if (all_[static_cast<std::size_t>(p)].inline_bytes != want) bad = true;
+    }
+    if (!bad) {
+      if (uneven && op_.kind == OpKind::all_to_all) check_split_tables(ex_);
+      if (plan_.on) {
+        const std::size_t own = plan_.same_for_all ? 0 : static_cast<std::size_t>(r_) * out_len_;
+        ex_.set_shares(in_mem_->data(), in_stride_, out_mem_->data() + own + sizeof(Header));
+      }
+      return;
+    }
+    std::string lines;
+    for (int p : ranks) lines += fmt::format("\n  rank {}: {}", p, header_text(all_[static_cast<std::size_t>(p)]));
+    const std::string what = is_p2p(op_.kind) ? fmt::format("{} with rank {}", op_kind_name(op_.kind), op_.peer)
+                                              : std::string(op_kind_name(op_.kind));
+    throw DistError(DistErrorKind::mismatch, op_kind_name(op_.kind), op_.seq, {},
+                    fmt::format("{} (seq {}, generation {}): ranks called it with different arguments:{}", what, op_.seq,
+                                ex_.group().generation, lines));
   }
-  if (!bad) {
-    if (uneven && op.kind == OpKind::all_to_all) check_split_tables(ex);
-    return;
-  }
-  std::string lines;
-  for (int p : ranks) lines += fmt::format("\n  rank {}: {}", p, header_text(all[static_cast<std::size_t>(p)]));
-  const std::string what = is_p2p(op.kind) ? fmt::format("{} with rank {}", op_kind_name(op.kind), op.peer)
-                                           : std::string(op_kind_name(op.kind));
-  throw DistError(DistErrorKind::mismatch, op_kind_name(op.kind), op.seq, {},
-                  fmt::format("{} (seq {}, generation {}): ranks called it with different arguments:{}", what, op.seq,
-                              g.generation, lines));
-}
+
+  Exec& ex_;
+  const OpDesc& op_;
+  const int n_, r_;
+  const InlinePlan plan_;
+  Header mine_;
+  std::vector<Header> all_;
+  std::vector<bool> have_;
+  std::vector<int> peers_;
+  std::size_t out_len_ = 0, in_stride_ = 0;
+  std::vector<std::byte> p2p_out_, p2p_in_;
+  std::vector<std::byte>*out_mem_ = nullptr, *in_mem_ = nullptr;
+  std::vector<std::unique_ptr<Exec::Buffer>> in_bufs_;
+  std::optional<Exec::Buffer> out_buf_;
+};
+
+}  // namespace
+
+void exchange_headers(Exec& ex, const Header& header) { HeaderRound(ex, header).finish(); }
 
 // ---- algorithms ----
 
@@ -486,6 +690,16 @@ void run_all_reduce(Exec& ex) {
   const std::int64_t count = t.numel();
   const int n = ex.size(), r = ex.rank();
   auto* data = static_cast<std::byte*>(t.data_ptr());
+  if (ex.payload_arrived()) {
+    // Every rank's (premultiplied) buffer came with the headers: fold them in rank order.
+    if (count > 0) {
+      const ReduceOp cop = combine_op_of(op.rop);
+      combine(data, ex.share_from(0), ex.share_from(1), count, dt, cop);
+      for (int p = 2; p < n; ++p) combine(data, data, ex.share_from(p), count, dt, cop);
+    }
+    if (op.rop == ReduceOp::avg) finish_avg(data, count, dt, n);
+    return;
+  }
   if (op.rop == ReduceOp::premul_sum) premultiply(data, data, count, dt, op.factor);
   if (n > 1 && count > 0) {
     const ReduceOp cop = combine_op_of(op.rop);
@@ -531,6 +745,10 @@ void run_broadcast(Exec& ex) {
   const OpDesc& op = ex.op();
   const std::size_t nbytes = op.a.nbytes();
   if (ex.size() == 1 || nbytes == 0) return;
+  if (ex.payload_arrived()) {
+    if (ex.rank() != op.peer) std::memcpy(op.a.data_ptr(), ex.share_from(op.peer), nbytes);
+    return;
+  }
   Exec::Buffer buf(ex, op.a.data_ptr(), nbytes);
   const std::uint64_t slot = ex.data_slot(0);
   if (ex.rank() == op.peer) {
@@ -544,23 +762,35 @@ void run_broadcast(Exec& ex) {
   }
 }
 
-void run_all_gather(Exec& ex) {
+void run_all_gather(Exec& ex, const Header& header) {
   const OpDesc& op = ex.op();
   const int n = ex.size(), r = ex.rank();
+  HeaderRound round(ex, header);
   const std::size_t nb = op.b.nbytes();
-  auto* out = static_cast<std::byte*>(op.a.data_ptr());
+  if (n == 1 || nb == 0 || round.plan().on || header.local_error[0] != '\0') {
+    round.finish();  // the data travelled with the headers, or there is none (or an error to report)
+  }
   if (nb == 0) return;
+  auto* out = static_cast<std::byte*>(op.a.data_ptr());
   if (out + static_cast<std::size_t>(r) * nb != op.b.data_ptr()) {
     std::memmove(out + static_cast<std::size_t>(r) * nb, op.b.data_ptr(), nb);
   }
   if (n == 1) return;
+  if (ex.payload_arrived()) {
+    for (int p = 0; p < n; ++p) {
+      if (p != r) std::memcpy(out + static_cast<std::size_t>(p) * nb, ex.share_from(p), nb);
+    }
+    return;
+  }
+  // The data starts moving while the headers are still arriving: a separate header round first
+  // would synchronise every rank before every call, which raw Gloo does not do.
   Exec::Buffer buf(ex, out, nb * static_cast<std::size_t>(n));
   std::vector<std::size_t> off, len;
   split_even(n, n, nb, off, len);  // one input per rank
   if (nb * static_cast<std::size_t>(n) <= direct_bytes(ex)) {
-    direct_all_gather(ex, buf, off, len, ex.data_slot(0));
+    direct_all_gather(ex, buf, off, len, ex.data_slot(0), &round);
   } else {
-    ring_all_gather(ex, buf, off, len, op.b.itemsize(), 0);
+    ring_all_gather(ex, buf, off, len, op.b.itemsize(), 0, &round);
   }
 }
 
@@ -571,6 +801,14 @@ void run_reduce_scatter(Exec& ex) {
   const std::int64_t m = op.a.numel();
   if (m == 0) return;
   auto* out = static_cast<std::byte*>(op.a.data_ptr());
+  if (ex.payload_arrived()) {
+    // Every rank's (premultiplied) contribution to this rank's segment came with the headers.
+    const ReduceOp cop = combine_op_of(op.rop);
+    combine(out, ex.share_from(0), ex.share_from(1), m, dt, cop);
+    for (int p = 2; p < n; ++p) combine(out, out, ex.share_from(p), m, dt, cop);
+    if (op.rop == ReduceOp::avg) finish_avg(out, m, dt, n);
+    return;
+  }
   auto* src = static_cast<std::byte*>(op.b.data_ptr());
   Tensor scaled;
   if (op.rop == ReduceOp::premul_sum) {
@@ -607,6 +845,12 @@ void run_all_to_all(Exec& ex) {
   auto* in = static_cast<std::byte*>(op.b.data_ptr());
   if (to[r] > 0) std::memmove(out + from_off[r], in + to_off[r], static_cast<std::size_t>(to[r]) * es);
   if (n == 1) return;
+  if (ex.payload_arrived()) {
+    for (int p = 0; p < n; ++p) {
+      if (p != r && from[p] > 0) std::memcpy(out + from_off[p], ex.share_from(p), from_off[p + 1] - from_off[p]);
+    }
+    return;
+  }
   std::unique_ptr<Exec::Buffer> out_buf, in_buf;
   // Only when something moves: Gloo buffers need a non-empty range.
   if (from_off[n] > from_off[r + 1] - from_off[r]) out_buf = std::make_unique<Exec::Buffer>(ex, out, from_off[n]);

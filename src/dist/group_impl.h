@@ -68,8 +68,9 @@ struct WorkState {
   std::size_t trace_id = 0;
 };
 
-// The fixed-size header every rank sends to every peer before a collective (to the one peer before
-// send/recv). Comparing them catches mismatched calls before any payload moves.
+// The fixed-size header every rank sends to every peer at the start of a collective (to the one peer
+// before send/recv). Comparing them catches mismatched calls before any payload is used. A small
+// payload travels in the same message, right after the header (see exchange_headers).
 struct Header {
   std::uint32_t magic = 0x4c4d4344;  // "LMCD"
   std::uint32_t generation = 0;
@@ -85,6 +86,7 @@ struct Header {
   std::uint64_t direct_max_bytes = 0;
   std::uint64_t ring_chunk_bytes = 0;
   std::uint8_t uneven_splits = 0;  // all_to_all_single with split sizes: a second round checks them
+  std::uint32_t inline_bytes = 0;  // payload bytes that follow this header in the same message
   char local_error[96] = {};   // non-empty: this rank's arguments are invalid (reason)
 };
 
@@ -107,6 +109,8 @@ struct GroupImpl : std::enable_shared_from_this<GroupImpl> {
   // The worker runs queued calls in order; callers wait on WorkState.
   std::mutex queue_mu;
   std::condition_variable queue_cv;
+  // The watcher's own: waking it on every call (through queue_cv) cost a store lookup per call.
+  std::condition_variable watcher_cv;
   std::deque<std::shared_ptr<WorkState>> queue;
   bool stopping = false;
   bool inline_running = false;  // a blocking call is running on its caller's thread
@@ -138,6 +142,8 @@ struct GroupImpl : std::enable_shared_from_this<GroupImpl> {
   DistLog log;
   // Receive buffers of the ring reduce-scatter, reused across calls (calls run one at a time).
   std::vector<std::byte> ring_scratch;
+  // The first round's messages (header + inline payload) out and in, reused the same way.
+  std::vector<std::byte> first_out, first_in;
 
   GroupImpl() = default;
   ~GroupImpl();
@@ -194,20 +200,35 @@ class Exec {
   std::chrono::milliseconds remaining() const;
   void check_abort() const;
 
+  // Set by exchange_headers when the payload travelled with the headers: peer p's share for this
+  // rank (p == rank(): this rank's own contribution, as it sent it), valid until the next call.
+  bool payload_arrived() const { return shares_in_ != nullptr; }
+  const std::byte* share_from(int p) const {
+    return p == rank() ? own_share_ : shares_in_ + static_cast<std::size_t>(p) * share_stride_ + sizeof(Header);
+  }
+  void set_shares(const std::byte* in, std::size_t stride, const std::byte* own) {
+    shares_in_ = in;
+    share_stride_ = stride;
+    own_share_ = own;
+  }
+
  private:
   GroupImpl& g_;
   const OpDesc& op_;
+  const std::byte* shares_in_ = nullptr;  // message p at shares_in_ + p * share_stride_
+  std::size_t share_stride_ = 0;
+  const std::byte* own_share_ = nullptr;
 };
 
 // Thrown inside algorithms when abort() released a wait, or the deadline had passed before a call.
 struct AbortedSignal {};
 struct DeadlineSignal {};
 
-// Algorithms (collectives.cpp): each assumes the header exchange already succeeded.
+// Algorithms (collectives.cpp): each but all_gather assumes the header exchange already succeeded.
 void exchange_headers(Exec& ex, const Header& mine);  // throws DistError(mismatch) on disagreement
 void run_all_reduce(Exec& ex);
 void run_broadcast(Exec& ex);
-void run_all_gather(Exec& ex);
+void run_all_gather(Exec& ex, const Header& header);  // runs its own header round
 void run_reduce_scatter(Exec& ex);
 void run_all_to_all(Exec& ex);
 void run_send(Exec& ex);

@@ -253,7 +253,7 @@ void GroupImpl::watcher_loop() {
   const std::string key = fmt::format("g{}/failed", generation);
   std::unique_lock<std::mutex> lock(queue_mu);
   while (!stopping) {
-    queue_cv.wait_for(lock, std::chrono::milliseconds(50));
+    watcher_cv.wait_for(lock, std::chrono::milliseconds(50));
     if (stopping || peer_failed.load()) continue;
     const std::int64_t reached = next_seq - 1;  // the last collective this rank's caller issued
     lock.unlock();
@@ -284,6 +284,7 @@ void GroupImpl::stop_worker() {
     p2p.swap(p2p_threads);
   }
   queue_cv.notify_all();
+  watcher_cv.notify_all();
   if (worker.joinable() && worker.get_id() != std::this_thread::get_id()) worker.join();
   if (watcher.joinable() && watcher.get_id() != std::this_thread::get_id()) watcher.join();
   for (auto& t : p2p) {
@@ -481,11 +482,12 @@ void GroupImpl::execute(WorkState& w) {
     }
     Exec ex(*this, op);
     if (Clock::now() >= op.deadline) throw DeadlineSignal{};
-    exchange_headers(ex, make_header(*this, op));
+    const Header header = make_header(*this, op);
+    if (op.kind != OpKind::all_gather) exchange_headers(ex, header);  // all_gather overlaps it with its data
     switch (op.kind) {
       case OpKind::all_reduce: run_all_reduce(ex); break;
       case OpKind::broadcast: run_broadcast(ex); break;
-      case OpKind::all_gather: run_all_gather(ex); break;
+      case OpKind::all_gather: run_all_gather(ex, header); break;
       case OpKind::reduce_scatter: run_reduce_scatter(ex); break;
       case OpKind::all_to_all: run_all_to_all(ex); break;
       case OpKind::barrier: break;  // the header exchange is the barrier

@@ -298,6 +298,33 @@ TEST(Mismatch, DTypesDifferAcrossRanks) {
   }, "i32");
 }
 
+// Rank 0's input is small enough to travel with the headers, rank 1's is not: the first-round
+// messages differ in length, and every rank must still see a mismatch, not a crash or a hang.
+TEST(Mismatch, OnlyOneRankSendsItsPayloadWithTheHeaders) {
+  expect_mismatch_everywhere(2, [](ProcessGroup& pg, int rank) {
+    const std::int64_t count = rank == 0 ? 8 : 100000;
+    Tensor in = Tensor::zeros({count}, DType::f32), out = Tensor::zeros({2 * count}, DType::f32);
+    pg.all_gather_single(out, in);
+  }, "in=100000");
+  expect_mismatch_everywhere(3, [](ProcessGroup& pg, int rank) {
+    Tensor t = Tensor::zeros({rank == 2 ? 1 << 20 : 5}, DType::f32);
+    pg.broadcast(t, 2);
+  }, "in=1048576");
+}
+
+// Above the inline limit all_gather_single moves data before every header is in: to each peer whose
+// header agrees. A rank whose input differs must still give every rank the error (and leave no
+// half-sent data behind), on the direct path (0.96 MB of output) and on the ring (12 MB).
+TEST(Mismatch, AllGatherThatOverlapsItsHeaderRound) {
+  for (std::int64_t count : {std::int64_t{80000}, std::int64_t{1000000}}) {
+    expect_mismatch_everywhere(3, [count](ProcessGroup& pg, int rank) {
+      const std::int64_t mine = rank == 1 ? count + 4 : count;
+      Tensor in = Tensor::zeros({mine}, DType::f32), out = Tensor::zeros({3 * mine}, DType::f32);
+      pg.all_gather_single(out, in);
+    }, fmt::format("in={}", count + 4));
+  }
+}
+
 TEST(Mismatch, DifferentCollectives) {
   expect_mismatch_everywhere(2, [](ProcessGroup& pg, int rank) {
     Tensor t = Tensor::zeros({8}, DType::f32);
