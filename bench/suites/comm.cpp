@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -89,50 +90,63 @@ void worker(int rank, int world, const std::string& store, const std::string& re
     Tensor part = Tensor::full({shard}, 1.0, DType::f32);
     Tensor gathered = Tensor::empty({shard * world}, DType::f32);
     std::vector<float> scratch(static_cast<std::size_t>(total));
-    const int iters = quick ? 3 : static_cast<int>(std::clamp<std::int64_t>((64ll << 20) / bytes, 3, 40));
+    const int iters = quick ? 3 : static_cast<int>(std::clamp<std::int64_t>((64ll << 20) / bytes, 3, 400));
+    const int rounds = quick ? 1 : bytes >= (64ll << 20) ? 3 : 7;
+    std::map<std::string, std::vector<double>> batch_times;
+    auto once = [&](const std::string& name) {
+      if (name == "all_gather_single") {
+        pg.all_gather_single(gathered, part);
+      } else if (name == "gloo allgather") {
+        gloo::AllgatherOptions go(ctx);
+        go.setInput(part.data<float>(), static_cast<std::size_t>(shard));
+        go.setOutput(gathered.data<float>(), static_cast<std::size_t>(shard * world));
+        go.setTag(tag++);
+        gloo::allgather(go);
+      } else if (name == "reduce_scatter_single") {
+        pg.reduce_scatter_single(part, full);
+      } else if (name == "allreduce+slice") {
+        std::memcpy(scratch.data(), full.data<float>(), static_cast<std::size_t>(bytes));
+        gloo::AllreduceOptions ao(ctx);
+        ao.setOutput(scratch.data(), scratch.size());
+        ao.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+        ao.setTag(tag++);
+        gloo::allreduce(ao);
+        std::memcpy(part.data<float>(), scratch.data() + rank * shard, static_cast<std::size_t>(shard) * 4);
+      } else if (name == "all_reduce") {
+        pg.all_reduce(full);
+      } else {
+        gloo::AllreduceOptions ao(ctx);
+        ao.setOutput(full.data<float>(), static_cast<std::size_t>(total));
+        ao.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+        ao.setTag(tag++);
+        gloo::allreduce(ao);
+      }
+    };
+    for (const char* v : kVariants) once(v);  // warm-up: connections, scratch buffers, page faults
+    // Rounds interleave the variants (in a rotating order), so that a burst of load from elsewhere on
+    // this shared machine lands on one batch of every variant rather than on all batches of one; the
+    // median batch is reported.
+    constexpr int kVariantCount = static_cast<int>(std::size(kVariants));
+    for (int round = 0; round < rounds; ++round) {
+      for (int k = 0; k < kVariantCount; ++k) {
+        const std::string name = kVariants[(k + round) % kVariantCount];
+        pg.barrier();
+        const auto t0 = Clock::now();
+        for (int i = 0; i < iters; ++i) once(name);
+        const double s = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
+        // The slowest rank defines the time of a collective.
+        Tensor ts = Tensor::full({1}, s, DType::f64);
+        pg.all_reduce(ts, dist::ReduceOptions{dist::ReduceOp::max, 1.0, std::chrono::milliseconds(0)});
+        batch_times[name].push_back(ts.data<double>()[0]);
+        // Keep the values bounded (sums of ones grow every call).
+        full.fill_(1.0);
+        part.fill_(1.0);
+      }
+    }
     for (const char* v : kVariants) {
-      const std::string name = v;
-      auto once = [&] {
-        if (name == "all_gather_single") {
-          pg.all_gather_single(gathered, part);
-        } else if (name == "gloo allgather") {
-          gloo::AllgatherOptions go(ctx);
-          go.setInput(part.data<float>(), static_cast<std::size_t>(shard));
-          go.setOutput(gathered.data<float>(), static_cast<std::size_t>(shard * world));
-          go.setTag(tag++);
-          gloo::allgather(go);
-        } else if (name == "reduce_scatter_single") {
-          pg.reduce_scatter_single(part, full);
-        } else if (name == "allreduce+slice") {
-          std::memcpy(scratch.data(), full.data<float>(), static_cast<std::size_t>(bytes));
-          gloo::AllreduceOptions ao(ctx);
-          ao.setOutput(scratch.data(), scratch.size());
-          ao.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
-          ao.setTag(tag++);
-          gloo::allreduce(ao);
-          std::memcpy(part.data<float>(), scratch.data() + rank * shard, static_cast<std::size_t>(shard) * 4);
-        } else if (name == "all_reduce") {
-          pg.all_reduce(full);
-        } else {
-          gloo::AllreduceOptions ao(ctx);
-          ao.setOutput(full.data<float>(), static_cast<std::size_t>(total));
-          ao.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
-          ao.setTag(tag++);
-          gloo::allreduce(ao);
-        }
-      };
-      once();  // warm-up
-      pg.barrier();
-      const auto t0 = Clock::now();
-      for (int i = 0; i < iters; ++i) once();
-      const double s = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
-      // The slowest rank defines the time of a collective.
-      Tensor ts = Tensor::full({1}, s, DType::f64);
-      pg.all_reduce(ts, dist::ReduceOptions{dist::ReduceOp::max, 1.0, std::chrono::milliseconds(0)});
-      out << name << "\t" << bytes << "\t" << ts.data<double>()[0] << "\n";
-      // Keep the values bounded (sums of ones grow every call).
-      full.fill_(1.0);
-      part.fill_(1.0);
+      auto& t = batch_times[v];
+      std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
+      out << v << "\t" << bytes << "\t" << t[t.size() / 2] << "\n";
     }
   }
   if (rank == 0) {
@@ -254,7 +268,9 @@ std::vector<BenchTable> run_comm_suite(const BenchOptions& options) {
                              bus["reduce_scatter_single"] / bus["allreduce+slice"],
                              bus["all_reduce"] / bus["gloo allreduce"]});
     }
-    t.notes.push_back("each time is the slowest rank's mean over the iterations, after one warm-up call");
+    t.notes.push_back(
+        "each time: the median over rounds (7; 3 from 64 MiB) of the slowest rank's mean over a batch of calls; "
+        "variants interleaved");
     tables.push_back(std::move(t));
   }
   tables.push_back(std::move(ratios));
