@@ -8,6 +8,7 @@
 #include <cstring>
 #include <deque>
 #include <optional>
+#include <stdexcept>
 
 #include "src/dist/group_impl.h"
 #include "src/dist/reduce.h"
@@ -141,9 +142,13 @@ class AllGatherGate {
 // of step k forwards what piece j of step k-1 received. Every receive is posted up front (each piece
 // has its own place in `buf`), so a peer never waits for this rank to post one.
 //
-// With a gate, step 0 (this rank's own segment) starts before the gate's verdict and overlaps it;
-// on a mismatch, step 0's transfers with agreeing neighbours are completed before the error is
-// rethrown, so nothing is left half-sent, and no rank sends anything past step 0.
+// With a gate no rank waits for every header first. A rank sends only if its right neighbour agrees
+// with it, and before it waits for the data of step k it checks the headers of the k+1 ranks that
+// data passed through (r-1 ... r-k-1): those ranks have started the call, or the data could not come,
+// so the check costs no extra wait. If they all agree, each of them passed the same checks on its
+// part of the way and the data does come. If one disagrees, this rank stops, and waits for exactly
+// what its left neighbour still sends (that follows from the headers, see `left_sends`), so nothing
+// is left half-sent before the gate throws the mismatch error.
 void ring_all_gather(Exec& ex, Exec::Buffer& buf, const std::vector<std::size_t>& off,
                      const std::vector<std::size_t>& len, std::size_t align, std::uint32_t step,
                      AllGatherGate* gate = nullptr) {
@@ -152,7 +157,17 @@ void ring_all_gather(Exec& ex, Exec::Buffer& buf, const std::vector<std::size_t>
   const std::uint64_t slot = ex.data_slot(step);
   const int chunks = ring_chunks(ex, *std::max_element(len.begin(), len.end()));
   auto piece = [&](int seg, int j, std::size_t& o, std::size_t& l) { piece_of(off[seg], len[seg], j, chunks, align, o, l); };
-  int recvs = 0, sends = 0, recvs_step0 = 0;
+  auto pieces_in = [&](int k) {  // receives posted for step k (empty pieces are not posted)
+    int c = 0;
+    for (int j = 0; j < chunks; ++j) {
+      std::size_t o, l;
+      piece(((r - k - 1) % n + n) % n, j, o, l);
+      c += l > 0 ? 1 : 0;
+    }
+    return c;
+  };
+  auto agrees = [&](int p) { return gate == nullptr || gate->agrees(p); };
+  int recvs = 0, sends = 0;
   for (int k = 0; k < n - 1; ++k) {
     for (int j = 0; j < chunks; ++j) {
       std::size_t ro, rl;
@@ -162,11 +177,9 @@ void ring_all_gather(Exec& ex, Exec::Buffer& buf, const std::vector<std::size_t>
         ++recvs;
       }
     }
-    if (k == 0) recvs_step0 = recvs;
   }
-  const bool to_right = gate == nullptr || gate->agrees(right);
-  const bool from_left = gate == nullptr || gate->agrees(left);
-  for (int j = 0; j < chunks && to_right; ++j) {
+  bool ok = agrees(right);
+  for (int j = 0; j < chunks && ok; ++j) {
     std::size_t so, sl;
     piece(r, j, so, sl);
     if (sl > 0) {
@@ -174,18 +187,13 @@ void ring_all_gather(Exec& ex, Exec::Buffer& buf, const std::vector<std::size_t>
       ++sends;
     }
   }
-  if (gate != nullptr) {
-    try {
-      gate->finish();
-    } catch (const DistError&) {
-      for (int i = 0; i < recvs_step0 && from_left; ++i) buf.wait_recv();
-      for (int i = 0; i < sends; ++i) buf.wait_send();
-      throw;
-    }
-  }
   // Receives complete in the order they were posted (one slot, one sender, one stream).
-  int waited = 0;
-  for (int k = 1; k < n - 1; ++k) {
+  int waited = 0, checked = 0;  // ranks r-1 ... r-checked agree
+  auto chain_agrees = [&](int k) {  // the ranks step k's data passed through
+    for (; ok && checked < k + 1; ++checked) ok = agrees(((r - checked - 1) % n + n) % n);
+    return ok;
+  };
+  for (int k = 1; k < n - 1 && chain_agrees(k - 1); ++k) {
     for (int j = 0; j < chunks; ++j) {
       std::size_t o, l;
       piece(((r - k) % n + n) % n, j, o, l);  // received as piece j of step k-1, forwarded now
@@ -197,8 +205,23 @@ void ring_all_gather(Exec& ex, Exec::Buffer& buf, const std::vector<std::size_t>
       }
     }
   }
-  for (; waited < recvs; ++waited) buf.wait_recv();
+  if (chain_agrees(n - 2)) {
+    for (; waited < recvs; ++waited) buf.wait_recv();
+    for (int i = 0; i < sends; ++i) buf.wait_send();
+    if (gate != nullptr) gate->finish();
+    return;
+  }
+  // A mismatch. The left neighbour sends step 0 if it agrees with this rank, and step k if, in
+  // addition, ranks r-2 ... r-k-1 agree with it (its own checks, the same as this rank's).
+  int left_sends = 0;
+  for (int k = 0; k < n - 1 && agrees(left); ++k) {
+    if (k > 0 && !agrees(((r - k - 1) % n + n) % n)) break;
+    left_sends += pieces_in(k);
+  }
+  for (; waited < left_sends; ++waited) buf.wait_recv();
   for (int i = 0; i < sends; ++i) buf.wait_send();
+  gate->finish();  // throws: some rank disagrees
+  throw std::logic_error("ring_all_gather: ranks disagree but the header round found no mismatch");
 }
 
 // Ring reduce-scatter: segment s of `src` is this rank's contribution to segment s; afterwards

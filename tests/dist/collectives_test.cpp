@@ -317,11 +317,14 @@ TEST(Mismatch, OnlyOneRankSendsItsPayloadWithTheHeaders) {
 // half-sent data behind), on the direct path (0.96 MB of output) and on the ring (12 MB).
 TEST(Mismatch, AllGatherThatOverlapsItsHeaderRound) {
   for (std::int64_t count : {std::int64_t{80000}, std::int64_t{1000000}}) {
-    expect_mismatch_everywhere(3, [count](ProcessGroup& pg, int rank) {
-      const std::int64_t mine = rank == 1 ? count + 4 : count;
-      Tensor in = Tensor::zeros({mine}, DType::f32), out = Tensor::zeros({3 * mine}, DType::f32);
-      pg.all_gather_single(out, in);
-    }, fmt::format("in={}", count + 4));
+    for (int n : {3, 4}) {
+      // With 4 ranks, rank 3 meets rank 1 only in the chain of its second ring step.
+      expect_mismatch_everywhere(n, [count, n](ProcessGroup& pg, int rank) {
+        const std::int64_t mine = rank == 1 ? count + 4 : count;
+        Tensor in = Tensor::zeros({mine}, DType::f32), out = Tensor::zeros({n * mine}, DType::f32);
+        pg.all_gather_single(out, in);
+      }, fmt::format("in={}", count + 4));
+    }
   }
 }
 
