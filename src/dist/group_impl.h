@@ -132,6 +132,7 @@ struct GroupImpl : std::enable_shared_from_this<GroupImpl> {
   std::thread watcher;
   std::mutex answer_mu;
   std::int64_t answered = std::numeric_limits<std::int64_t>::min();  // guarded by answer_mu
+  bool answered_failed = false;  // `answered` is a collective this rank failed in (answer_mu)
   std::string broken_reason;  // guarded by queue_mu
 
   // Buffers a collective is waiting on, so abort() can release the waits.
@@ -160,8 +161,9 @@ struct GroupImpl : std::enable_shared_from_this<GroupImpl> {
   // The roll call after a failure of collective `op` (see roll_call in process_group.cpp); returns
   // the ranks that did not answer (all others, with *note set, when the store is unreachable).
   std::vector<int> roll_call(const OpDesc& op, std::string* note);
-  // Writes "g<gen>/alive/<rank>" = the last sequence number this rank reached.
-  void answer_roll_call(std::int64_t reached);
+  // Writes "g<gen>/alive/<rank>" = the last sequence number this rank reached (+ " failed").
+  // failed_there: this rank's own call `reached` failed (a live rank held back by the failure).
+  void answer_roll_call(std::int64_t reached, bool failed_there = false);
   std::string trace_dump(const std::string& reason, const std::string& path) const;
 };
 

@@ -332,19 +332,22 @@ void GroupImpl::worker_loop() {
   }
 }
 
-void GroupImpl::answer_roll_call(std::int64_t reached) {
+void GroupImpl::answer_roll_call(std::int64_t reached, bool failed_there) {
   // Serialised and monotonic: the watcher's answer, computed before the failing call's own, must not
   // overwrite it with a lower sequence number.
   std::lock_guard<std::mutex> lock(answer_mu);
+  if (reached >= answered) answered_failed = failed_there || (reached == answered && answered_failed);
   answered = std::max(answered, reached);
-  group_store->set(fmt::format("g{}/alive/{}", generation, rank), std::to_string(answered));
+  group_store->set(fmt::format("g{}/alive/{}", generation, rank),
+                   fmt::format("{}{}", answered, answered_failed ? " failed" : ""));
 }
 
 // The roll call: this rank answers, then reads the others' answers ("g<gen>/alive/<rank>" = the last
 // sequence number that rank reached; its watcher answers within ~50 ms of "g<gen>/failed" appearing).
 //  * A rank that answered with a sequence number >= op.seq took part in the failed collective.
 //  * A rank that answered with a lower one is alive but had not reached it. Before the deadline it
-//    may still be on its way, so it is waited for; after the deadline it is the reason for it.
+//    may still be on its way, so it is waited for; after the deadline it is the reason for it,
+//    unless its own collective there failed ("<seq> failed"): the failure held it back, it is alive.
 //  * A rank that did not answer at all is dead, frozen or cut off: waited for until `until`.
 // `until` leaves a live rank on a loaded machine ample time to answer, while the error still
 // arrives within timeout + 2 s of the call. p2p counters are per peer, so any answer counts there.
@@ -356,7 +359,7 @@ std::vector<int> GroupImpl::roll_call(const OpDesc& op, std::string* note) {
   const std::int64_t need = is_p2p(op.kind) ? std::numeric_limits<std::int64_t>::min() : op.seq;
   std::vector<int> missing;
   try {
-    answer_roll_call(op.seq);
+    answer_roll_call(op.seq, true);
     const std::string prefix = fmt::format("g{}/alive/", generation);
     while (true) {
       missing.clear();
@@ -372,7 +375,7 @@ std::vector<int> GroupImpl::roll_call(const OpDesc& op, std::string* note) {
           } catch (const std::exception&) {
           }
         }
-        if (answer && reached >= need) continue;
+        if (answer && (reached >= need || answer->find("failed") != std::string::npos)) continue;
         missing.push_back(p);
         if (!answer || !past_deadline) waiting = true;
       }
