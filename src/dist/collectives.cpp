@@ -125,6 +125,14 @@ void piece_of(std::size_t off, std::size_t len, int j, int chunks, std::size_t a
   l = (j + 1 == chunks ? len - a * align : (b - a) * align);
 }
 
+// out = part(0) (op) part(1) (op) ... (op) part(n-1), folded in rank order, so that every rank gets the
+// same bits; n >= 2. `out` may be one of the parts.
+template <typename PartOf>
+void fold_in_rank_order(void* out, int n, PartOf&& part, std::int64_t count, DType dtype, ReduceOp op) {
+  combine(out, part(0), part(1), count, dtype, op);
+  for (int p = 2; p < n; ++p) combine(out, out, part(p), count, dtype, op);
+}
+
 // What lets an all-gather start moving data before the header round has finished (HeaderRound):
 // data goes only to a peer whose header agrees with this rank's (so its receives are posted for
 // exactly that data), and finish() gives the verdict of the whole round, throwing on a mismatch.
@@ -156,27 +164,21 @@ void ring_all_gather(Exec& ex, Exec::Buffer& buf, const std::vector<std::size_t>
   const int right = (r + 1) % n, left = (r + n - 1) % n;
   const std::uint64_t slot = ex.data_slot(step);
   const int chunks = ring_chunks(ex, *std::max_element(len.begin(), len.end()));
+  auto before = [&](int d) { return ((r - d) % n + n) % n; };  // the rank (and segment) d places left
   auto piece = [&](int seg, int j, std::size_t& o, std::size_t& l) { piece_of(off[seg], len[seg], j, chunks, align, o, l); };
-  auto pieces_in = [&](int k) {  // receives posted for step k (empty pieces are not posted)
-    int c = 0;
-    for (int j = 0; j < chunks; ++j) {
-      std::size_t o, l;
-      piece(((r - k - 1) % n + n) % n, j, o, l);
-      c += l > 0 ? 1 : 0;
-    }
-    return c;
-  };
   auto agrees = [&](int p) { return gate == nullptr || gate->agrees(p); };
   int recvs = 0, sends = 0;
+  std::vector<int> recvs_of_step(static_cast<std::size_t>(n - 1), 0);  // empty pieces are not posted
   for (int k = 0; k < n - 1; ++k) {
     for (int j = 0; j < chunks; ++j) {
       std::size_t ro, rl;
-      piece(((r - k - 1) % n + n) % n, j, ro, rl);
+      piece(before(k + 1), j, ro, rl);
       if (rl > 0) {
         buf.recv(left, slot, ro, rl);
-        ++recvs;
+        ++recvs_of_step[static_cast<std::size_t>(k)];
       }
     }
+    recvs += recvs_of_step[static_cast<std::size_t>(k)];
   }
   bool ok = agrees(right);
   for (int j = 0; j < chunks && ok; ++j) {
@@ -190,13 +192,13 @@ void ring_all_gather(Exec& ex, Exec::Buffer& buf, const std::vector<std::size_t>
   // Receives complete in the order they were posted (one slot, one sender, one stream).
   int waited = 0, checked = 0;  // ranks r-1 ... r-checked agree
   auto chain_agrees = [&](int k) {  // the ranks step k's data passed through
-    for (; ok && checked < k + 1; ++checked) ok = agrees(((r - checked - 1) % n + n) % n);
+    for (; ok && checked < k + 1; ++checked) ok = agrees(before(checked + 1));
     return ok;
   };
   for (int k = 1; k < n - 1 && chain_agrees(k - 1); ++k) {
     for (int j = 0; j < chunks; ++j) {
       std::size_t o, l;
-      piece(((r - k) % n + n) % n, j, o, l);  // received as piece j of step k-1, forwarded now
+      piece(before(k), j, o, l);  // received as piece j of step k-1, forwarded now
       if (l > 0) {
         buf.wait_recv();
         ++waited;
@@ -215,8 +217,8 @@ void ring_all_gather(Exec& ex, Exec::Buffer& buf, const std::vector<std::size_t>
   // addition, ranks r-2 ... r-k-1 agree with it (its own checks, the same as this rank's).
   int left_sends = 0;
   for (int k = 0; k < n - 1 && agrees(left); ++k) {
-    if (k > 0 && !agrees(((r - k - 1) % n + n) % n)) break;
-    left_sends += pieces_in(k);
+    if (k > 0 && !agrees(before(k + 1))) break;
+    left_sends += recvs_of_step[static_cast<std::size_t>(k)];
   }
   for (; waited < left_sends; ++waited) buf.wait_recv();
   for (int i = 0; i < sends; ++i) buf.wait_send();
@@ -344,8 +346,7 @@ void direct_reduce_scatter(Exec& ex, std::byte* src, std::byte* out, const std::
   if (mine == 0) return;
   std::memcpy(parts + static_cast<std::size_t>(r) * mine, src + off[r], mine);
   const std::int64_t count = static_cast<std::int64_t>(mine / dtype_size(dtype));
-  combine(out, parts, parts + mine, count, dtype, combine_op);
-  for (int p = 2; p < n; ++p) combine(out, out, parts + static_cast<std::size_t>(p) * mine, count, dtype, combine_op);
+  fold_in_rank_order(out, n, [&](int p) { return parts + static_cast<std::size_t>(p) * mine; }, count, dtype, combine_op);
 }
 
 ReduceOp combine_op_of(ReduceOp op) {
@@ -716,9 +717,7 @@ void run_all_reduce(Exec& ex) {
   if (ex.payload_arrived()) {
     // Every rank's (premultiplied) buffer came with the headers: fold them in rank order.
     if (count > 0) {
-      const ReduceOp cop = combine_op_of(op.rop);
-      combine(data, ex.share_from(0), ex.share_from(1), count, dt, cop);
-      for (int p = 2; p < n; ++p) combine(data, data, ex.share_from(p), count, dt, cop);
+      fold_in_rank_order(data, n, [&](int p) { return ex.share_from(p); }, count, dt, combine_op_of(op.rop));
     }
     if (op.rop == ReduceOp::avg) finish_avg(data, count, dt, n);
     return;
@@ -737,8 +736,7 @@ void run_all_reduce(Exec& ex) {
         split_even(n, n, nbytes, off, len);  // one whole buffer per rank
         direct_all_gather(ex, buf, off, len, ex.data_slot(0));
       }
-      for (int p = 1; p < n; ++p) combine(all.data(), all.data(), all.data() + static_cast<std::size_t>(p) * nbytes, count, dt, cop);
-      std::memcpy(data, all.data(), nbytes);
+      fold_in_rank_order(data, n, [&](int p) { return all.data() + static_cast<std::size_t>(p) * nbytes; }, count, dt, cop);
     } else {
       // A reduce-scatter, then an all-gather of the reduced segments: 2(n-1)/n of the data.
       std::vector<std::size_t> off, len;
@@ -826,9 +824,7 @@ void run_reduce_scatter(Exec& ex) {
   auto* out = static_cast<std::byte*>(op.a.data_ptr());
   if (ex.payload_arrived()) {
     // Every rank's (premultiplied) contribution to this rank's segment came with the headers.
-    const ReduceOp cop = combine_op_of(op.rop);
-    combine(out, ex.share_from(0), ex.share_from(1), m, dt, cop);
-    for (int p = 2; p < n; ++p) combine(out, out, ex.share_from(p), m, dt, cop);
+    fold_in_rank_order(out, n, [&](int p) { return ex.share_from(p); }, m, dt, combine_op_of(op.rop));
     if (op.rop == ReduceOp::avg) finish_avg(out, m, dt, n);
     return;
   }
