@@ -3,7 +3,7 @@
 // Rings send to rank+1 and receive from rank-1, with each segment cut into pipelined pieces (see
 // ring_chunks); below GroupOptions::direct_max_bytes, blocks go straight to the rank that needs them.
 // Every call starts with exchange_headers (a barrier in itself), which checks that all ranks called
-// the same thing; up to kInlineBytes per peer, the payload travels in that same round.
+// the same thing; up to inline_limit(n) per peer, the payload travels in that same round.
 #include <algorithm>
 #include <cstring>
 #include <deque>
@@ -502,13 +502,20 @@ void check_split_tables(Exec& ex) {
   }
 }
 
-// The first round can carry the payload itself when each peer's share is at most kInlineBytes and
-// the call would take a one-round direct path anyway (so direct_max_bytes still decides: 0 forces
-// the rings). Then a small collective costs one latency, as in Gloo, instead of a header round
-// followed by a payload round. Every receive is posted for a header plus kInlineBytes, whatever this
-// rank expects, so a peer that disagrees (and so sends more or less) still lands inside the buffer;
-// the headers then disagree and no rank uses a payload.
-constexpr std::size_t kInlineBytes = 256 * 1024;
+// The first round can carry the payload itself when each peer's share is at most inline_limit(n)
+// and the call would take a one-round direct path anyway (so direct_max_bytes still decides: 0
+// forces the rings). Then a collective costs one latency, as in Gloo, instead of a header round
+// followed by a payload round. Every receive is posted for a header plus inline_limit(n), whatever
+// this rank expects, so a peer that disagrees (and so sends more or less) still lands inside the
+// buffer; the headers then disagree and no rank uses a payload.
+//
+// The limit shares about 4 MiB of receive buffer among the peers, between 256 KiB and 1 MiB each:
+// with 4 ranks a 4 MiB all_gather_single then travels in one message per peer, which measured
+// about 0.8 of Gloo's ring allgather as a header round plus a data round (see bench comm).
+constexpr std::size_t kInlineBudget = 4u << 20, kMinInline = 256u << 10, kMaxInline = 1u << 20;
+std::size_t inline_limit(int n) {
+  return std::clamp<std::size_t>(kInlineBudget / static_cast<std::size_t>(std::max(n - 1, 1)), kMinInline, kMaxInline);
+}
 
 struct InlinePlan {
   bool on = false;            // the payload rides with the headers
@@ -547,7 +554,7 @@ InlinePlan inline_plan(const Exec& ex, const Header& mine) {
     default:
       break;
   }
-  plan.on = plan.on && plan.bytes <= kInlineBytes;
+  plan.on = plan.on && plan.bytes <= inline_limit(ex.size());
   return plan;
 }
 
@@ -593,7 +600,7 @@ class HeaderRound final : public AllGatherGate {
     // Messages out: one (the same for every peer) or one per rank; in: one per rank.
     out_len_ = sizeof(Header) + mine_.inline_bytes;
     const std::size_t out_count = plan_.same_for_all ? 1 : static_cast<std::size_t>(n_);
-    in_stride_ = sizeof(Header) + (is_p2p(op_.kind) ? 0 : kInlineBytes);
+    in_stride_ = sizeof(Header) + (is_p2p(op_.kind) ? 0 : inline_limit(n_));
     // Collectives run one at a time and reuse the group's buffers; send and recv run on threads of
     // their own, beside them, and use their own.
     out_mem_ = is_p2p(op_.kind) ? &p2p_out_ : &g.first_out;

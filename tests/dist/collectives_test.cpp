@@ -260,10 +260,13 @@ TEST(Collectives, DeprecatedAliasesWarnOncePerProcessAndWork) {
 
 // Each rank runs `call`, which must throw a mismatch DistError on every rank; then the group must
 // still work.
-void expect_mismatch_everywhere(int n, const std::function<void(ProcessGroup&, int)>& call, const std::string& needle) {
+void expect_mismatch_everywhere(int n, const std::function<void(ProcessGroup&, int)>& call, const std::string& needle,
+                                std::size_t direct_max_bytes = GroupOptions().direct_max_bytes) {
   const std::string store = fresh_store("mismatch");
   EXPECT_TRUE(run_ranks(n, [&](int rank) {
-    ProcessGroup pg(testing::group_options(rank, n, store, std::chrono::seconds(10)));
+    GroupOptions o = testing::group_options(rank, n, store, std::chrono::seconds(10));
+    o.direct_max_bytes = direct_max_bytes;
+    ProcessGroup pg(o);
     const auto t0 = std::chrono::steady_clock::now();
     bool thrown = false;
     try {
@@ -302,10 +305,11 @@ TEST(Mismatch, DTypesDifferAcrossRanks) {
 // messages differ in length, and every rank must still see a mismatch, not a crash or a hang.
 TEST(Mismatch, OnlyOneRankSendsItsPayloadWithTheHeaders) {
   expect_mismatch_everywhere(2, [](ProcessGroup& pg, int rank) {
-    const std::int64_t count = rank == 0 ? 8 : 100000;
+    // 1.6 MB per peer: over the 1 MiB inline limit, under the 4 MiB direct limit.
+    const std::int64_t count = rank == 0 ? 8 : 400000;
     Tensor in = Tensor::zeros({count}, DType::f32), out = Tensor::zeros({2 * count}, DType::f32);
     pg.all_gather_single(out, in);
-  }, "in=100000");
+  }, "in=400000");
   expect_mismatch_everywhere(3, [](ProcessGroup& pg, int rank) {
     Tensor t = Tensor::zeros({rank == 2 ? 1 << 20 : 5}, DType::f32);
     pg.broadcast(t, 2);
@@ -314,16 +318,20 @@ TEST(Mismatch, OnlyOneRankSendsItsPayloadWithTheHeaders) {
 
 // Above the inline limit all_gather_single moves data before every header is in: to each peer whose
 // header agrees. A rank whose input differs must still give every rank the error (and leave no
-// half-sent data behind), on the direct path (0.96 MB of output) and on the ring (12 MB).
+// half-sent data behind), on the direct path (1.2 MB per rank, over the inline limit, with the direct
+// limit raised) and on the ring (4 MB per rank, defaults).
 TEST(Mismatch, AllGatherThatOverlapsItsHeaderRound) {
-  for (std::int64_t count : {std::int64_t{80000}, std::int64_t{1000000}}) {
+  for (const auto& path : {std::pair<std::int64_t, std::size_t>{300000, std::size_t{1} << 30},
+                            {1000000, GroupOptions().direct_max_bytes}}) {
+    const std::int64_t count = path.first;
+    const std::size_t direct_max = path.second;
     for (int n : {3, 4}) {
       // With 4 ranks, rank 3 meets rank 1 only in the chain of its second ring step.
       expect_mismatch_everywhere(n, [count, n](ProcessGroup& pg, int rank) {
         const std::int64_t mine = rank == 1 ? count + 4 : count;
         Tensor in = Tensor::zeros({mine}, DType::f32), out = Tensor::zeros({n * mine}, DType::f32);
         pg.all_gather_single(out, in);
-      }, fmt::format("in={}", count + 4));
+      }, fmt::format("in={}", count + 4), direct_max);
     }
   }
 }

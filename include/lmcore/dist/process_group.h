@@ -93,10 +93,10 @@ struct GroupOptions {
   std::string host;
   // Algorithm choice (defaults measured by `lmcore bench comm`). Up to direct_max_bytes of the full
   // buffer, all_gather_single, reduce_scatter_single and all_reduce send each block straight to the
-  // rank that needs it (one latency; up to 256 KiB per peer it travels in the same message as the
-  // call's header); above, they run rings whose segments are pipelined in pieces of about
-  // ring_chunk_bytes (at least two pieces per segment from 256 KiB).
-  std::size_t direct_max_bytes = 1024 * 1024;
+  // rank that needs it (one latency; up to 1 MiB per peer, 256 KiB from 17 ranks, it travels in
+  // the same message as the call's header); above, they run rings whose segments are pipelined in
+  // pieces of about ring_chunk_bytes (at least two pieces per segment from 256 KiB).
+  std::size_t direct_max_bytes = 4096 * 1024;
   std::size_t ring_chunk_bytes = 4096 * 1024;
   int trace_size = 256;     // flight recorder entries (LMCORE_DIST_TRACE_SIZE)
   std::string trace_dir;    // where dumps go (LMCORE_DIST_TRACE_DIR; default $TMPDIR/lmcore-trace)
