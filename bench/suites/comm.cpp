@@ -7,6 +7,11 @@
 // Rows: lmcore all_gather_single, reduce_scatter_single and all_reduce; raw gloo::allgather and
 // gloo::allreduce (ring) on the same connections; and the reduce-scatter PyTorch's Gloo backend does
 // (gloo::allreduce of the whole input, then a copy of this rank's slice), rated as a reduce-scatter.
+//
+// Each lmcore collective is timed beside the baseline it is rated against, in adjacent batches whose
+// order alternates from round to round, and its ratio is the median over rounds of the two batches'
+// ratio. On this shared 2-core machine the speed of both moves by up to a third within a minute;
+// a pair of adjacent batches sees the same conditions, two medians taken apart do not.
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/context.h>
@@ -16,6 +21,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -34,6 +40,15 @@ using Clock = std::chrono::steady_clock;
 
 const char* kVariants[] = {"all_gather_single", "gloo allgather",          "reduce_scatter_single",
                            "allreduce+slice",   "all_reduce",              "gloo allreduce"};
+
+// Each lmcore collective and the baseline it is rated against.
+struct Pairing {
+  const char* lmcore;
+  const char* baseline;
+};
+const Pairing kPairings[] = {{"all_gather_single", "gloo allgather"},
+                             {"reduce_scatter_single", "allreduce+slice"},
+                             {"all_reduce", "gloo allreduce"}};
 
 double bus_factor(const std::string& v, int n) {
   const double f = static_cast<double>(n - 1) / n;
@@ -90,9 +105,10 @@ void worker(int rank, int world, const std::string& store, const std::string& re
     Tensor part = Tensor::full({shard}, 1.0, DType::f32);
     Tensor gathered = Tensor::empty({shard * world}, DType::f32);
     std::vector<float> scratch(static_cast<std::size_t>(total));
-    const int iters = quick ? 3 : static_cast<int>(std::clamp<std::int64_t>((64ll << 20) / bytes, 3, 400));
-    const int rounds = quick ? 1 : bytes >= (64ll << 20) ? 3 : 7;
-    std::map<std::string, std::vector<double>> batch_times;
+    const int iters =
+        quick ? 3 : static_cast<int>(std::clamp<std::int64_t>((64ll << 20) / bytes, bytes >= (64ll << 20) ? 2 : 3, 400));
+    const int rounds = quick ? 1 : bytes >= (256ll << 20) ? 4 : 8;
+    std::map<std::string, std::vector<double>> batch_times, pair_ratios;
     auto once = [&](const std::string& name) {
       if (name == "all_gather_single") {
         pg.all_gather_single(gathered, part);
@@ -123,30 +139,47 @@ void worker(int rank, int world, const std::string& store, const std::string& re
       }
     };
     for (const char* v : kVariants) once(v);  // warm-up: connections, scratch buffers, page faults
-    // Rounds interleave the variants (in a rotating order), so that a burst of load from elsewhere on
-    // this shared machine lands on one batch of every variant rather than on all batches of one; the
-    // median batch is reported.
-    constexpr int kVariantCount = static_cast<int>(std::size(kVariants));
+    // The slowest rank's mean time per call over a batch.
+    auto batch = [&](const std::string& name) {
+      pg.barrier();
+      const auto t0 = Clock::now();
+      for (int i = 0; i < iters; ++i) once(name);
+      const double s = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
+      Tensor ts = Tensor::full({1}, s, DType::f64);
+      pg.all_reduce(ts, dist::ReduceOptions{dist::ReduceOp::max, 1.0, std::chrono::milliseconds(0)});
+      // Keep the values bounded (sums of ones grow every call).
+      full.fill_(1.0);
+      part.fill_(1.0);
+      return ts.data<double>()[0];
+    };
+    // Rounds rotate the order of the pairings and alternate which of a pair goes first.
+    constexpr int kPairingCount = static_cast<int>(std::size(kPairings));
     for (int round = 0; round < rounds; ++round) {
-      for (int k = 0; k < kVariantCount; ++k) {
-        const std::string name = kVariants[(k + round) % kVariantCount];
-        pg.barrier();
-        const auto t0 = Clock::now();
-        for (int i = 0; i < iters; ++i) once(name);
-        const double s = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
-        // The slowest rank defines the time of a collective.
-        Tensor ts = Tensor::full({1}, s, DType::f64);
-        pg.all_reduce(ts, dist::ReduceOptions{dist::ReduceOp::max, 1.0, std::chrono::milliseconds(0)});
-        batch_times[name].push_back(ts.data<double>()[0]);
-        // Keep the values bounded (sums of ones grow every call).
-        full.fill_(1.0);
-        part.fill_(1.0);
+      for (int k = 0; k < kPairingCount; ++k) {
+        const Pairing& p = kPairings[(k + round) % kPairingCount];
+        double t_lmcore = 0, t_baseline = 0;
+        if (round % 2 == 0) {
+          t_lmcore = batch(p.lmcore);
+          t_baseline = batch(p.baseline);
+        } else {
+          t_baseline = batch(p.baseline);
+          t_lmcore = batch(p.lmcore);
+        }
+        batch_times[p.lmcore].push_back(t_lmcore);
+        batch_times[p.baseline].push_back(t_baseline);
+        // Ratio of bus bandwidths.
+        pair_ratios[p.lmcore].push_back(bus_factor(p.lmcore, world) / t_lmcore /
+                                        (bus_factor(p.baseline, world) / t_baseline));
       }
     }
-    for (const char* v : kVariants) {
-      auto& t = batch_times[v];
-      std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
-      out << v << "\t" << bytes << "\t" << t[t.size() / 2] << "\n";
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      const std::size_t m = v.size() / 2;
+      return v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+    };
+    for (const char* v : kVariants) out << "time\t" << v << "\t" << bytes << "\t" << median(batch_times[v]) << "\n";
+    for (const Pairing& p : kPairings) {
+      out << "ratio\t" << p.lmcore << "\t" << bytes << "\t" << median(pair_ratios[p.lmcore]) << "\n";
     }
   }
   if (rank == 0) {
@@ -155,9 +188,14 @@ void worker(int rank, int world, const std::string& store, const std::string& re
   }
 }
 
+// What rank 0 of one world measured, by (variant, bytes): median times, and the median paired
+// ratios of each lmcore variant to its baseline.
+struct WorldResults {
+  std::map<std::pair<std::string, std::int64_t>, double> seconds, ratio;
+};
+
 // Spawns `world` ranks of this program in worker mode and reads rank 0's results.
-std::map<std::pair<std::string, std::int64_t>, double> run_world(int world, bool quick,
-                                                                 const std::vector<std::int64_t>& sizes) {
+WorldResults run_world(int world, bool quick, const std::vector<std::int64_t>& sizes) {
   char tmpl[] = "/tmp/lmcore-bench-comm-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) fail("bench comm: mkdtemp failed: {}", std::strerror(errno));
   const std::string dir = tmpl;
@@ -180,21 +218,22 @@ std::map<std::pair<std::string, std::int64_t>, double> run_world(int world, bool
     waitpid(p, &st, 0);
     ok = ok && WIFEXITED(st) && WEXITSTATUS(st) == 0;
   }
-  std::map<std::pair<std::string, std::int64_t>, double> times;
+  WorldResults results;
   std::ifstream in(result);
   std::string line;
   while (std::getline(in, line)) {
     std::istringstream ls(line);
-    std::string name, b, s;
+    std::string kind, name, b, s;
+    std::getline(ls, kind, '\t');
     std::getline(ls, name, '\t');
     std::getline(ls, b, '\t');
     std::getline(ls, s, '\t');
-    times[{name, std::stoll(b)}] = std::stod(s);
+    (kind == "ratio" ? results.ratio : results.seconds)[{name, std::stoll(b)}] = std::stod(s);
   }
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
-  LMCORE_CHECK(ok && !times.empty(), "bench comm: a rank of the {}-rank run failed", world);
-  return times;
+  LMCORE_CHECK(ok && !results.seconds.empty(), "bench comm: a rank of the {}-rank run failed", world);
+  return results;
 }
 
 std::string size_text(std::int64_t b) {
@@ -247,30 +286,32 @@ std::vector<BenchTable> run_comm_suite(const BenchOptions& options) {
                     {"ranks", "size", "all_gather_single / gloo allgather", "reduce_scatter_single / allreduce+slice",
                      "all_reduce / gloo allreduce"},
                     {},
-                    {"targets: all_gather_single >= 0.90 x gloo allgather; reduce_scatter_single >= 1.6 x "
+                    {"each ratio: the median over rounds of the ratio of two adjacent batches, the lmcore "
+                     "collective's and its baseline's, in alternating order",
+                     "targets: all_gather_single >= 0.90 x gloo allgather; reduce_scatter_single >= 1.6 x "
                      "allreduce+slice at 64 MiB"}};
   for (int n : worlds) {
-    const auto times = run_world(n, options.quick, sizes);
+    const WorldResults res = run_world(n, options.quick, sizes);
     BenchTable t{fmt::format("comm: {} ranks on loopback, f32, bus bandwidth (nccl-tests definitions)", n),
                  {"size", "variant", "time ms", "algbw GB/s", "busbw GB/s"},
                  {},
                  {}};
     for (std::int64_t b : sizes) {
-      std::map<std::string, double> bus;
       for (const char* v : kVariants) {
-        auto it = times.find({v, b});
-        if (it == times.end()) continue;
+        auto it = res.seconds.find({v, b});
+        if (it == res.seconds.end()) continue;
         const double s = it->second, alg = static_cast<double>(b) / s / 1e9;
-        bus[v] = alg * bus_factor(v, n);
-        t.rows.push_back({size_text(b), v, s * 1e3, alg, bus[v]});
+        t.rows.push_back({size_text(b), v, s * 1e3, alg, alg * bus_factor(v, n)});
       }
-      ratios.rows.push_back({n, size_text(b), bus["all_gather_single"] / bus["gloo allgather"],
-                             bus["reduce_scatter_single"] / bus["allreduce+slice"],
-                             bus["all_reduce"] / bus["gloo allreduce"]});
+      auto ratio = [&](const char* v) {
+        auto it = res.ratio.find({v, b});
+        return it == res.ratio.end() ? std::nan("") : it->second;
+      };
+      ratios.rows.push_back(
+          {n, size_text(b), ratio("all_gather_single"), ratio("reduce_scatter_single"), ratio("all_reduce")});
     }
     t.notes.push_back(
-        "each time: the median over rounds (7; 3 from 64 MiB) of the slowest rank's mean over a batch of calls; "
-        "variants interleaved");
+        "each time: the median over rounds (8; 4 at 256 MiB) of the slowest rank's mean over a batch of calls");
     tables.push_back(std::move(t));
   }
   tables.push_back(std::move(ratios));
