@@ -41,6 +41,9 @@ using Clock = std::chrono::steady_clock;
 const char* kVariants[] = {"all_gather_single", "gloo allgather",          "reduce_scatter_single",
                            "allreduce+slice",   "all_reduce",              "gloo allreduce"};
 
+// About how long one batch of calls of one variant lasts.
+constexpr double kBatchSeconds = 0.25;
+
 // Each lmcore collective and the baseline it is rated against.
 struct Pairing {
   const char* lmcore;
@@ -105,8 +108,6 @@ void worker(int rank, int world, const std::string& store, const std::string& re
     Tensor part = Tensor::full({shard}, 1.0, DType::f32);
     Tensor gathered = Tensor::empty({shard * world}, DType::f32);
     std::vector<float> scratch(static_cast<std::size_t>(total));
-    const int iters =
-        quick ? 3 : static_cast<int>(std::clamp<std::int64_t>((64ll << 20) / bytes, bytes >= (64ll << 20) ? 2 : 3, 400));
     const int rounds = quick ? 1 : bytes >= (256ll << 20) ? 4 : 8;
     std::map<std::string, std::vector<double>> batch_times, pair_ratios;
     auto once = [&](const std::string& name) {
@@ -139,12 +140,34 @@ void worker(int rank, int world, const std::string& store, const std::string& re
       }
     };
     for (const char* v : kVariants) once(v);  // warm-up: connections, scratch buffers, page faults
+    // A batch lasts about kBatchSeconds whatever the size, so that it spans many scheduler periods
+    // even where one call takes tens of milliseconds; calls per batch come from the slowest rank's
+    // best of two timed calls, so every rank runs the same number.
+    constexpr int kVariantCount = static_cast<int>(std::size(kVariants));
+    std::map<std::string, int> iters;
+    Tensor one_call = Tensor::empty({kVariantCount}, DType::f64);
+    for (int v = 0; v < kVariantCount; ++v) {
+      double best = 0;
+      for (int i = 0; i < 2; ++i) {
+        pg.barrier();
+        const auto t0 = Clock::now();
+        once(kVariants[v]);
+        const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+        best = i == 0 ? s : std::min(best, s);
+      }
+      one_call.data<double>()[v] = best;
+    }
+    pg.all_reduce(one_call, dist::ReduceOptions{dist::ReduceOp::max, 1.0, std::chrono::milliseconds(0)});
+    for (int v = 0; v < kVariantCount; ++v) {
+      const double calls = kBatchSeconds / std::max(one_call.data<double>()[v], 1e-7);
+      iters[kVariants[v]] = quick ? 3 : static_cast<int>(std::clamp(calls, 2.0, 1000.0));
+    }
     // The slowest rank's mean time per call over a batch.
     auto batch = [&](const std::string& name) {
       pg.barrier();
       const auto t0 = Clock::now();
-      for (int i = 0; i < iters; ++i) once(name);
-      const double s = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
+      for (int i = 0; i < iters[name]; ++i) once(name);
+      const double s = std::chrono::duration<double>(Clock::now() - t0).count() / iters[name];
       Tensor ts = Tensor::full({1}, s, DType::f64);
       pg.all_reduce(ts, dist::ReduceOptions{dist::ReduceOp::max, 1.0, std::chrono::milliseconds(0)});
       // Keep the values bounded (sums of ones grow every call).
@@ -311,7 +334,9 @@ std::vector<BenchTable> run_comm_suite(const BenchOptions& options) {
           {n, size_text(b), ratio("all_gather_single"), ratio("reduce_scatter_single"), ratio("all_reduce")});
     }
     t.notes.push_back(
-        "each time: the median over rounds (8; 4 at 256 MiB) of the slowest rank's mean over a batch of calls");
+        fmt::format("each time: the median over rounds (8; 4 at 256 MiB) of the slowest rank's mean over a batch of "
+                    "calls lasting about {} s (at least 2 calls)",
+                    kBatchSeconds));
     tables.push_back(std::move(t));
   }
   tables.push_back(std::move(ratios));
