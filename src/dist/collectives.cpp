@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 
@@ -145,8 +146,16 @@ class AllGatherGate {
   ~AllGatherGate() = default;
 };
 
+// Where an all-gather sends this rank's own segment from, when its input is not yet in place in
+// the output: `src` is a buffer over the input, and place() copies the input into the output. The
+// copy then runs while the segment is already on its way, instead of before it leaves.
+struct OwnSegment {
+  Exec::Buffer& src;
+  std::function<void()> place;
+};
+
 // Ring all-gather over `buf` whose segment i is [off[i], off[i]+len[i]) and this rank's segment is
-// already in place. Step k sends segment (r-k) and receives segment (r-k-1), piece by piece; piece j
+// already in place (or comes from `own`). Step k sends segment (r-k) and receives segment (r-k-1), piece by piece; piece j
 // of step k forwards what piece j of step k-1 received. Every receive is posted up front (each piece
 // has its own place in `buf`), so a peer never waits for this rank to post one.
 //
@@ -159,7 +168,7 @@ class AllGatherGate {
 // is left half-sent before the gate throws the mismatch error.
 void ring_all_gather(Exec& ex, Exec::Buffer& buf, const std::vector<std::size_t>& off,
                      const std::vector<std::size_t>& len, std::size_t align, std::uint32_t step,
-                     AllGatherGate* gate = nullptr) {
+                     AllGatherGate* gate = nullptr, OwnSegment* own = nullptr) {
   const int n = ex.size(), r = ex.rank();
   const int right = (r + 1) % n, left = (r + n - 1) % n;
   const std::uint64_t slot = ex.data_slot(step);
@@ -181,14 +190,23 @@ void ring_all_gather(Exec& ex, Exec::Buffer& buf, const std::vector<std::size_t>
     recvs += recvs_of_step[static_cast<std::size_t>(k)];
   }
   bool ok = agrees(right);
+  int own_sends = 0;
   for (int j = 0; j < chunks && ok; ++j) {
     std::size_t so, sl;
     piece(r, j, so, sl);
-    if (sl > 0) {
+    if (sl > 0 && own != nullptr) {
+      own->src.send(right, slot, so - off[r], sl);
+      ++own_sends;
+    } else if (sl > 0) {
       buf.send(right, slot, so, sl);
       ++sends;
     }
   }
+  if (own != nullptr) own->place();
+  auto wait_sends = [&] {
+    for (int i = 0; i < sends; ++i) buf.wait_send();
+    for (int i = 0; i < own_sends; ++i) own->src.wait_send();
+  };
   // Receives complete in the order they were posted (one slot, one sender, one stream).
   int waited = 0, checked = 0;  // ranks r-1 ... r-checked agree
   auto chain_agrees = [&](int k) {  // the ranks step k's data passed through
@@ -209,7 +227,7 @@ void ring_all_gather(Exec& ex, Exec::Buffer& buf, const std::vector<std::size_t>
   }
   if (chain_agrees(n - 2)) {
     for (; waited < recvs; ++waited) buf.wait_recv();
-    for (int i = 0; i < sends; ++i) buf.wait_send();
+    wait_sends();
     if (gate != nullptr) gate->finish();
     return;
   }
@@ -221,7 +239,7 @@ void ring_all_gather(Exec& ex, Exec::Buffer& buf, const std::vector<std::size_t>
     left_sends += recvs_of_step[static_cast<std::size_t>(k)];
   }
   for (; waited < left_sends; ++waited) buf.wait_recv();
-  for (int i = 0; i < sends; ++i) buf.wait_send();
+  wait_sends();
   gate->finish();  // throws: some rank disagrees
   throw std::logic_error("ring_all_gather: ranks disagree but the header round found no mismatch");
 }
@@ -289,23 +307,27 @@ void ring_reduce_scatter(Exec& ex, std::byte* src, std::byte* out, const std::ve
 // the segment goes to each peer that agrees, and the data of every agreeing peer is in before the
 // gate's verdict is taken (a disagreeing peer sends nothing to this rank, nor this rank to it).
 void direct_all_gather(Exec& ex, Exec::Buffer& buf, const std::vector<std::size_t>& off,
-                       const std::vector<std::size_t>& len, std::uint64_t slot, AllGatherGate* gate = nullptr) {
+                       const std::vector<std::size_t>& len, std::uint64_t slot, AllGatherGate* gate = nullptr,
+                       OwnSegment* own = nullptr) {
   const int n = ex.size(), r = ex.rank();
   for (int p = 0; p < n; ++p) {
     if (p != r && len[p] > 0) buf.recv(p, slot, off[p], len[p]);
   }
+  Exec::Buffer& from = own != nullptr ? own->src : buf;
+  const std::size_t from_off = own != nullptr ? 0 : off[r];
   int recvs = 0, sends = 0;
   for (int k = 1; k < n; ++k) {
     const int p = (r + k) % n;
     if (gate != nullptr && !gate->agrees(p)) continue;
     if (len[p] > 0) ++recvs;
     if (len[r] > 0) {
-      buf.send(p, slot, off[r], len[r]);
+      from.send(p, slot, from_off, len[r]);
       ++sends;
     }
   }
+  if (own != nullptr) own->place();
   for (int i = 0; i < recvs; ++i) buf.wait_recv();
-  for (int i = 0; i < sends; ++i) buf.wait_send();
+  for (int i = 0; i < sends; ++i) from.wait_send();
   if (gate != nullptr) gate->finish();
 }
 
@@ -800,9 +822,16 @@ void run_all_gather(Exec& ex, const Header& header) {
   }
   if (nb == 0) return;
   auto* out = static_cast<std::byte*>(op.a.data_ptr());
-  if (out + static_cast<std::size_t>(r) * nb != op.b.data_ptr()) {
-    std::memmove(out + static_cast<std::size_t>(r) * nb, op.b.data_ptr(), nb);
-  }
+  auto* in = static_cast<std::byte*>(op.b.data_ptr());
+  std::byte* own_dst = out + static_cast<std::size_t>(r) * nb;
+  const std::size_t out_bytes = nb * static_cast<std::size_t>(n);
+  auto place_own = [&] {
+    if (own_dst != in) std::memmove(own_dst, in, nb);
+  };
+  // An input apart from the output leaves straight from where it is (see OwnSegment); one that
+  // overlaps the output is copied first, as receives may land on it.
+  const bool apart = in + nb <= out || out + out_bytes <= in;
+  if (n == 1 || ex.payload_arrived() || !apart) place_own();
   if (n == 1) return;
   if (ex.payload_arrived()) {
     for (int p = 0; p < n; ++p) {
@@ -812,13 +841,20 @@ void run_all_gather(Exec& ex, const Header& header) {
   }
   // The data starts moving while the headers are still arriving: a separate header round first
   // would synchronise every rank before every call, which raw Gloo does not do.
-  Exec::Buffer buf(ex, out, nb * static_cast<std::size_t>(n));
+  Exec::Buffer buf(ex, out, out_bytes);
+  std::optional<Exec::Buffer> in_buf;
+  std::optional<OwnSegment> own;
+  if (apart) {
+    in_buf.emplace(ex, in, nb);
+    own.emplace(OwnSegment{*in_buf, place_own});
+  }
+  OwnSegment* own_ptr = own ? &*own : nullptr;
   std::vector<std::size_t> off, len;
   split_even(n, n, nb, off, len);  // one input per rank
-  if (nb * static_cast<std::size_t>(n) <= direct_bytes(ex)) {
-    direct_all_gather(ex, buf, off, len, ex.data_slot(0), &round);
+  if (out_bytes <= direct_bytes(ex)) {
+    direct_all_gather(ex, buf, off, len, ex.data_slot(0), &round, own_ptr);
   } else {
-    ring_all_gather(ex, buf, off, len, op.b.itemsize(), 0, &round);
+    ring_all_gather(ex, buf, off, len, op.b.itemsize(), 0, &round, own_ptr);
   }
 }
 

@@ -193,6 +193,40 @@ TEST_P(Collectives, RingsInSmallPiecesAndDirectAlgorithmsMatchLocalComputation) 
   }));
 }
 
+// all_gather_single whose input lies in its output: at this rank's own block (in place, as FSDP
+// does), or at another rank's block, which the gathered blocks overwrite (so the input must leave
+// before they land); on the inline, direct and ring paths.
+void all_gather_inputs_inside_the_output(int rank, int n, const std::string& store, std::size_t direct_max,
+                                         std::int64_t count) {
+  GroupOptions o = testing::group_options(rank, n, store);
+  o.direct_max_bytes = direct_max;
+  o.ring_chunk_bytes = 64 * 1024;
+  ProcessGroup pg(o);
+  const std::string how = fmt::format("x{}, direct_max_bytes {}", count, direct_max);
+  auto expected = [&](std::int64_t i) { return value(DType::f32, static_cast<int>(i / count), i % count, false); };
+  Tensor out = Tensor::empty({count * n}, DType::f32);
+  Tensor own = out.narrow(0, rank * count, count);
+  own.copy_(filled(DType::f32, count, rank, false));
+  pg.all_gather_single(out, own);
+  check_close(out, expected, "in place, " + how);
+  // Rank r's input sits at block (r+1) % n of its output.
+  Tensor moved = Tensor::empty({count * n}, DType::f32);
+  Tensor elsewhere = moved.narrow(0, ((rank + 1) % n) * count, count);
+  elsewhere.copy_(filled(DType::f32, count, rank, false));
+  pg.all_gather_single(moved, elsewhere);
+  check_close(moved, expected, "input at another rank's block, " + how);
+}
+
+TEST_P(Collectives, AllGatherWithItsInputInsideItsOutput) {
+  const int n = GetParam();
+  const std::string store = fresh_store("ag-inside");
+  EXPECT_TRUE(run_ranks(n, [&](int rank) {
+    all_gather_inputs_inside_the_output(rank, n, store + "/inline", 4 << 20, 1000);
+    all_gather_inputs_inside_the_output(rank, n, store + "/direct", 1 << 30, 300000);
+    all_gather_inputs_inside_the_output(rank, n, store + "/ring", 0, 300000);
+  }));
+}
+
 // all_to_all_single with split sizes: rank k sends rows[k][j] rows (of 3 elements) to rank j, some
 // of them none; row i of rank k's input holds k * 1000 + i.
 TEST(Collectives, AllToAllWithSplitSizesMatchesLocalComputation) {
