@@ -153,10 +153,15 @@ def test_launch_runs_python_ranks_and_every_collective_matches_torch(tmp_path, n
 
 
 def test_launch_stops_every_rank_when_one_fails(tmp_path):
-    body = """
+    # Rank 1 fails only once every rank has printed, or the launcher may rightly stop a rank that
+    # has not started yet (this failed once in a run on a loaded machine).
+    body = f"""
     r = int(os.environ["LMCORE_RANK"])
     print("started", flush=True)
+    open(os.path.join({str(tmp_path)!r}, f"started-{{r}}"), "w").close()
     if r == 1:
+        while not all(os.path.exists(os.path.join({str(tmp_path)!r}, f"started-{{p}}")) for p in range(3)):
+            time.sleep(0.01)
         sys.exit(3)
     time.sleep(60)
     print("not stopped")
