@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
-#include <functional>
 #include <optional>
 #include <stdexcept>
 
@@ -146,17 +145,19 @@ class AllGatherGate {
   ~AllGatherGate() = default;
 };
 
-// Where an all-gather sends this rank's own segment from, when its input is not yet in place in
-// the output: `src` is a buffer over the input, and place() copies the input into the output. The
-// copy then runs while the segment is already on its way, instead of before it leaves.
+// Where an all-gather sends this rank's own segment from, when its input lies apart from the
+// output: `src` is a buffer over the input, and place() copies the input to `dst`, its block in the
+// output. The copy then runs while the segment is already on its way, instead of before it leaves.
 struct OwnSegment {
   Exec::Buffer& src;
-  std::function<void()> place;
+  std::byte* dst;
+  std::size_t bytes;
+  void place() const { std::memcpy(dst, src.data(), bytes); }
 };
 
 // Ring all-gather over `buf` whose segment i is [off[i], off[i]+len[i]) and this rank's segment is
-// already in place (or comes from `own`). Step k sends segment (r-k) and receives segment (r-k-1), piece by piece; piece j
-// of step k forwards what piece j of step k-1 received. Every receive is posted up front (each piece
+// already in place (or leaves from `own`). Step k sends segment (r-k) and receives segment (r-k-1),
+// piece by piece; piece j of step k forwards what piece j of step k-1 received. Every receive is posted up front (each piece
 // has its own place in `buf`), so a peer never waits for this rank to post one.
 //
 // With a gate no rank waits for every header first. A rank sends only if its right neighbour agrees
@@ -190,22 +191,21 @@ void ring_all_gather(Exec& ex, Exec::Buffer& buf, const std::vector<std::size_t>
     recvs += recvs_of_step[static_cast<std::size_t>(k)];
   }
   bool ok = agrees(right);
+  Exec::Buffer& from = own != nullptr ? own->src : buf;  // where step 0 sends from
+  const std::size_t from_base = own != nullptr ? off[r] : 0;
   int own_sends = 0;
   for (int j = 0; j < chunks && ok; ++j) {
     std::size_t so, sl;
     piece(r, j, so, sl);
-    if (sl > 0 && own != nullptr) {
-      own->src.send(right, slot, so - off[r], sl);
+    if (sl > 0) {
+      from.send(right, slot, so - from_base, sl);
       ++own_sends;
-    } else if (sl > 0) {
-      buf.send(right, slot, so, sl);
-      ++sends;
     }
   }
   if (own != nullptr) own->place();
   auto wait_sends = [&] {
+    for (int i = 0; i < own_sends; ++i) from.wait_send();
     for (int i = 0; i < sends; ++i) buf.wait_send();
-    for (int i = 0; i < own_sends; ++i) own->src.wait_send();
   };
   // Receives complete in the order they were posted (one slot, one sender, one stream).
   int waited = 0, checked = 0;  // ranks r-1 ... r-checked agree
@@ -825,13 +825,10 @@ void run_all_gather(Exec& ex, const Header& header) {
   auto* in = static_cast<std::byte*>(op.b.data_ptr());
   std::byte* own_dst = out + static_cast<std::size_t>(r) * nb;
   const std::size_t out_bytes = nb * static_cast<std::size_t>(n);
-  auto place_own = [&] {
-    if (own_dst != in) std::memmove(own_dst, in, nb);
-  };
   // An input apart from the output leaves straight from where it is (see OwnSegment); one that
   // overlaps the output is copied first, as receives may land on it.
   const bool apart = in + nb <= out || out + out_bytes <= in;
-  if (n == 1 || ex.payload_arrived() || !apart) place_own();
+  if ((n == 1 || ex.payload_arrived() || !apart) && own_dst != in) std::memmove(own_dst, in, nb);
   if (n == 1) return;
   if (ex.payload_arrived()) {
     for (int p = 0; p < n; ++p) {
@@ -844,10 +841,7 @@ void run_all_gather(Exec& ex, const Header& header) {
   Exec::Buffer buf(ex, out, out_bytes);
   std::optional<Exec::Buffer> in_buf;
   std::optional<OwnSegment> own;
-  if (apart) {
-    in_buf.emplace(ex, in, nb);
-    own.emplace(OwnSegment{*in_buf, place_own});
-  }
+  if (apart) own.emplace(OwnSegment{in_buf.emplace(ex, in, nb), own_dst, nb});
   OwnSegment* own_ptr = own ? &*own : nullptr;
   std::vector<std::size_t> off, len;
   split_even(n, n, nb, off, len);  // one input per rank
