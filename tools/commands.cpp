@@ -12,6 +12,7 @@ const std::vector<Command>& all_commands() {
        run_upgrade_check},
       {"inspect", "checkpoint format, tensors and metadata: lmcore inspect FILE [--json]", run_inspect},
       {"convert", "checkpoint conversion, verified: lmcore convert IN OUT [--to safetensors|torch]", run_convert},
+      {"train", "train a Llama-style model (no arguments: the built-in default run)", run_train},
   };
   return commands;
 }

@@ -1,0 +1,120 @@
+// lmcore/model/llama.h — a Llama-style decoder-only transformer with hand-written forward and backward.
+//
+//   x = embed(tokens)                                              (N, C)   N = B * T
+//   for each block:
+//     x = x + o_proj(attention(rope(qkv_proj(rmsnorm(x)))))          flex attention with the config's mask
+//     x = x + down_proj(silu(gate_proj(h)) * up_proj(h)),  h = rmsnorm(x)
+//   loss = linear_cross_entropy(rmsnorm(x), head)                   the fused head: no (N, V) logits
+//
+// Parameters, gradients and AdamW state are f32 flat buffers (parameters.h). With compute dtype bf16
+// the matrix products take bf16 operands (a bf16 copy of the weights, refreshed by params_updated(),
+// and bf16 activations) and accumulate in f32; norms, RoPE, SwiGLU, softmax and the loss run in f32.
+//
+// Activations that the backward needs live in one arena planned from the config and the batch shape
+// (activation_bytes()). With recompute, only each block's input is kept and the backward recomputes
+// the block's activations into one block's worth of scratch.
+//
+//   Llama m(config, {.batch = 8, .seq_len = 256});
+//   m.init_weights(seed);
+//   m.zero_grad();
+//   double loss = m.forward_backward(tokens, targets, /*grad_scale=*/1.0f).loss;
+//   // m.grads() now holds d loss / d params; an optimizer updates m.params(), then m.params_updated().
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lmcore/core/tensor.h"
+#include "lmcore/model/config.h"
+#include "lmcore/model/layers.h"
+#include "lmcore/model/parameters.h"
+
+namespace lmcore::model {
+
+struct ModelOptions {
+  std::int64_t batch = 1;
+  std::int64_t seq_len = 0;       // T; 0 means config.max_seq_len
+  DType compute = DType::f32;     // f32 or bf16
+  bool recompute = false;
+};
+
+// How the model reaches each sharding unit's weights and gradients. The default serves the model's own
+// flat buffers; sharded training (FSDP) gathers a unit before it is used and scatters its gradients
+// after. Units: 0 is the root (embedding, final norm, head), 1 + l is block l (ParameterLayout).
+class UnitAccess {
+ public:
+  virtual ~UnitAccess() = default;
+  // The unit's weights in the compute dtype, laid out as ParameterLayout's unit (offsets relative to
+  // the unit's start). Valid until release(unit).
+  virtual const void* weights(int unit) = 0;
+  // The unit's f32 gradient accumulator (same relative layout); the model ADDS into it.
+  virtual float* grads(int unit) = 0;
+  // The model is done reading the unit's weights for now (forward or backward).
+  virtual void release(int unit) { (void)unit; }
+  // The unit's gradients are complete for this micro-batch.
+  virtual void grads_ready(int unit) { (void)unit; }
+};
+
+struct StepLoss {
+  double loss = 0.0;    // mean cross-entropy plus z-loss over the micro-batch's tokens
+  double z_loss = 0.0;  // the z-loss term alone
+};
+
+class Llama {
+ public:
+  Llama(const ModelConfig& config, const ModelOptions& options);
+  ~Llama();
+  Llama(const Llama&) = delete;
+  Llama& operator=(const Llama&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  const ModelOptions& options() const { return options_; }
+  const ParameterLayout& layout() const { return layout_; }
+  std::int64_t batch() const { return options_.batch; }
+  std::int64_t seq_len() const { return options_.seq_len; }
+
+  // Flat f32 buffers of layout().size() elements.
+  Tensor& params() { return params_; }
+  Tensor& grads() { return grads_; }
+  const Tensor& params() const { return params_; }
+  const Tensor& grads() const { return grads_; }
+  // A view of one parameter (or its gradient) by its Hugging Face name.
+  Tensor param(std::string_view name) const;
+  Tensor grad(std::string_view name) const;
+
+  // Llama's initialisation: normal(0, 0.02) for matrices and the embedding, with o_proj and down_proj
+  // scaled by 1 / sqrt(2 n_layers); norms at 1. Deterministic for a seed (independent of threads).
+  void init_weights(std::uint64_t seed);
+  void zero_grad();
+  // Must be called after params() changed (optimizer step, load) when the compute dtype is not f32.
+  void params_updated();
+  // Sharded training installs its own access; nullptr restores the model's own buffers.
+  void set_unit_access(UnitAccess* access);
+
+  // tokens, targets: (B, T) row-major in [0, vocab). Forward and backward of one micro-batch: ADDS
+  // grad_scale * d loss / d params into the gradients.
+  StepLoss forward_backward(const std::int32_t* tokens, const std::int32_t* targets, float grad_scale);
+  // Forward only (evaluation).
+  StepLoss forward_loss(const std::int32_t* tokens, const std::int32_t* targets);
+  // Logits (B * T, vocab) f32 after the softcap, for tests and sampling (materialises them).
+  Tensor logits(const std::int32_t* tokens);
+
+  // Bytes of the activation arena.
+  std::size_t activation_bytes() const;
+  // Forward + backward multiply-add flops of one micro-batch, x2 (6 N params + attention).
+  double flops_per_step() const;
+
+ private:
+  struct Impl;
+  void prepare_batch(const std::int32_t* tokens, const std::int32_t* targets);
+  const std::byte* forward_trunk(const std::int32_t* tokens);
+  ModelConfig config_;
+  ModelOptions options_;
+  ParameterLayout layout_;
+  Tensor params_, grads_, compute_params_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lmcore::model

@@ -1,0 +1,72 @@
+// lmcore/train/trainer.h — the training loop behind `lmcore train`.
+//
+// One optimizer step: zero the gradients; for each of grad_accum micro-batches, forward and backward
+// with the loss scaled by 1 / grad_accum; stop on a NaN/Inf loss or gradient (after saving the state
+// for inspection under RUN/diverged/); clip the global gradient norm; AdamW with the schedule's lr.
+// Every eval_every steps the validation loss, every checkpoint_every steps a checkpoint (atomic; the
+// newest keep_checkpoints are kept), and on SIGINT/SIGTERM a checkpoint before returning. The losses of
+// a run resumed from a checkpoint are bit-identical to those of the uninterrupted run at the same
+// thread count.
+//
+// The run folder `out` receives checkpoints/, metrics.jsonl (or `log`), report.html and, for the
+// built-in default, nothing else (the corpus is cached, see builtin_corpus.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "lmcore/core/dtype.h"
+#include "lmcore/train/lr_schedule.h"
+
+namespace lmcore::train {
+
+struct TrainOptions {
+  std::string config_file;  // model config.json; empty: the built-in default model
+  std::string data;         // glob of training shards; empty: the built-in corpus
+  std::string val_data;     // glob of validation shards; empty: data with "train" replaced by "val", if any
+  std::string tokenizer;    // tokenizer.json copied into checkpoints (for generate); empty: next to the data
+  std::string out = "runs/default";
+  std::int64_t max_steps = 0;  // 0: the built-in default's
+  std::int64_t batch_size = 8;
+  std::int64_t seq_len = 256;
+  std::int64_t grad_accum = 1;
+  double lr = 1e-3;
+  double min_lr_ratio = 0.1;
+  std::int64_t warmup = -1;  // -1: 5% of max_steps (at most 200)
+  Schedule schedule = Schedule::cosine;
+  double weight_decay = 0.1;
+  double beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8;
+  double grad_clip = 1.0;  // 0 disables
+  DType dtype = DType::f32;
+  bool recompute = false;
+  std::int64_t checkpoint_every = 0;  // 0: only at the end (and on SIGINT/SIGTERM)
+  int keep_checkpoints = 3;
+  std::int64_t eval_every = 0;  // 0: max_steps / 10
+  std::int64_t eval_batches = 8;
+  std::string resume;  // checkpoint or run folder
+  std::uint64_t seed = 1337;
+  std::string log;     // empty: out/metrics.jsonl
+  int threads = 0;     // 0: lmcore's default
+  bool quiet = false;  // no progress line
+};
+
+struct TrainResult {
+  std::int64_t steps_done = 0;   // the step count the run ended at
+  double final_loss = 0;         // last training loss
+  double final_val_loss = -1;    // last validation loss, -1 without validation data
+  bool interrupted = false;      // SIGINT/SIGTERM
+  std::string last_checkpoint;
+  double tokens_per_s = 0;       // over the run's steps
+  double mfu = 0;                // model flops / (elapsed * measured GEMM peak)
+};
+
+// Thrown when a loss or gradient becomes NaN or Inf: names the step and the first bad tensor; the
+// state was saved under RUN/diverged/ first.
+class TrainingDiverged : public Error {
+ public:
+  using Error::Error;
+};
+
+TrainResult run_training(const TrainOptions& options);
+
+}  // namespace lmcore::train

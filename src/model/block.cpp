@@ -1,0 +1,166 @@
+// One transformer block's forward and backward, with the buffer each step reads and writes.
+//   N = B * T tokens, C = dim, Q = n_heads * hd, QKV = Q + 2 * n_kv_heads * hd, F = ffn_dim.
+// Scratch: sA, sB, sC are f32 (N, Wmax); cA, cB are compute-dtype (N, Wmax) and alias sA, sB in f32.
+#include <cstring>
+
+#include "lmcore/attention/flex_attention.h"
+#include "lmcore/core/error.h"
+#include "src/model/gemm.h"
+#include "src/model/llama_impl.h"
+
+namespace lmcore::model {
+
+using attention::BlockMask;
+using attention::FlexOptions;
+using attention::MaskMod;
+
+void Llama::Impl::build_document_masks(const std::int32_t* tokens, std::int64_t eos) {
+  doc_masks.clear();
+  for (std::int64_t b = 0; b < B; ++b) {
+    // Document ids: position t belongs to the number of eos tokens in [0, t] (llm.c puts the
+    // end-of-text token at the start of each document).
+    std::vector<std::int64_t> ids(static_cast<std::size_t>(T));
+    std::int64_t doc = 0;
+    for (std::int64_t t = 0; t < T; ++t) {
+      if (tokens[b * T + t] == eos) ++doc;
+      ids[static_cast<std::size_t>(t)] = doc;
+    }
+    doc_masks.push_back(attention::create_block_mask(MaskMod::document(std::move(ids)) & MaskMod::causal(), 1, 1, T, T));
+  }
+}
+
+FlexOptions Llama::Impl::flex_options(const BlockMask* bm) const {
+  FlexOptions opt;
+  opt.block_mask = bm;
+  opt.return_lse = true;
+  opt.score_mod_grads = false;
+  return opt;
+}
+
+// q, k, v of qkv (B, T, Hq + 2 Hkv, hd) as (B, H, T, hd) views; y (B, T, Hq, hd) as (B, Hq, T, hd).
+void Llama::Impl::attention_forward(const BlockActs& b) {
+  const Tensor qkv_t = ct_tensor(b.qkv, {B, T, Hq + 2 * Hkv, hd});
+  const Tensor q = qkv_t.narrow(2, 0, Hq).permute({0, 2, 1, 3});
+  const Tensor k = qkv_t.narrow(2, Hq, Hkv).permute({0, 2, 1, 3});
+  const Tensor v = qkv_t.narrow(2, Hq + Hkv, Hkv).permute({0, 2, 1, 3});
+  Tensor y_t = ct_tensor(b.y, {B, T, Hq, hd}).permute({0, 2, 1, 3});
+  Tensor lse_t = Tensor::from_blob(b.lse, {B, Hq, T}, DType::f32, nullptr);
+  if (doc_masks.empty()) {
+    const attention::FlexResult r = attention::flex_attention(q, k, v, flex_options(&mask));
+    y_t.copy_(r.out);
+    lse_t.copy_(r.lse);
+    return;
+  }
+  for (std::int64_t i = 0; i < B; ++i) {
+    const attention::FlexResult r = attention::flex_attention(q.narrow(0, i, 1), k.narrow(0, i, 1), v.narrow(0, i, 1),
+                                                              flex_options(&doc_masks[static_cast<std::size_t>(i)]));
+    y_t.narrow(0, i, 1).copy_(r.out);
+    lse_t.narrow(0, i, 1).copy_(r.lse);
+  }
+}
+
+// dy (N, Q) compute dtype -> dqkv (N, QKV) f32 in sA, with RoPE's transpose applied to the q and k heads.
+void Llama::Impl::attention_backward(const BlockActs& b, const void* dy) {
+  const Tensor qkv_t = ct_tensor(b.qkv, {B, T, Hq + 2 * Hkv, hd});
+  const Tensor q = qkv_t.narrow(2, 0, Hq).permute({0, 2, 1, 3});
+  const Tensor k = qkv_t.narrow(2, Hq, Hkv).permute({0, 2, 1, 3});
+  const Tensor v = qkv_t.narrow(2, Hq + Hkv, Hkv).permute({0, 2, 1, 3});
+  const Tensor y_t = ct_tensor(b.y, {B, T, Hq, hd}).permute({0, 2, 1, 3});
+  const Tensor dy_t = ct_tensor(const_cast<void*>(dy), {B, T, Hq, hd}).permute({0, 2, 1, 3});
+  const Tensor lse_t = Tensor::from_blob(b.lse, {B, Hq, T}, DType::f32, nullptr);
+  const Tensor d_t = Tensor::from_blob(sA, {B, T, Hq + 2 * Hkv, hd}, DType::f32, nullptr);
+  Tensor dq = d_t.narrow(2, 0, Hq).permute({0, 2, 1, 3});
+  Tensor dk = d_t.narrow(2, Hq, Hkv).permute({0, 2, 1, 3});
+  Tensor dv = d_t.narrow(2, Hq + Hkv, Hkv).permute({0, 2, 1, 3});
+  if (doc_masks.empty()) {
+    const attention::FlexGrads g = attention::flex_attention_backward(q, k, v, y_t, lse_t, dy_t, flex_options(&mask));
+    dq.copy_(g.dq);
+    dk.copy_(g.dk);
+    dv.copy_(g.dv);
+  } else {
+    for (std::int64_t i = 0; i < B; ++i) {
+      const attention::FlexGrads g = attention::flex_attention_backward(
+          q.narrow(0, i, 1), k.narrow(0, i, 1), v.narrow(0, i, 1), y_t.narrow(0, i, 1), lse_t.narrow(0, i, 1),
+          dy_t.narrow(0, i, 1), flex_options(&doc_masks[static_cast<std::size_t>(i)]));
+      dq.narrow(0, i, 1).copy_(g.dq);
+      dk.narrow(0, i, 1).copy_(g.dk);
+      dv.narrow(0, i, 1).copy_(g.dv);
+    }
+  }
+  rope_backward(sA, N, T, QKV, Hq + Hkv, rope);
+}
+
+void Llama::Impl::block_forward(const BlockActs& b, const std::byte* w, float* x_out, const ModelConfig& cfg,
+                                const BlockOffsets& off) {
+  const float eps = static_cast<float>(cfg.norm_eps);
+  const std::byte* wqkv = w + off.wqkv * cs;
+  const std::byte* wo = w + off.wo * cs;
+  const std::byte* wgu = w + off.wgu * cs;
+  const std::byte* wdown = w + off.wdown * cs;
+  // h1 (N, C) = rmsnorm(x_in) * input_norm
+  float* h1_32 = f32() ? static_cast<float*>(b.h1) : sA;
+  rmsnorm_forward(h1_32, b.rstd1, b.x_in, norm_weight(w + off.input_norm * cs), N, C, eps);
+  store(b.h1, h1_32, N * C);
+  // qkv (N, QKV) = h1 @ Wqkv^T, then RoPE on the q and k heads
+  float* qkv_32 = f32() ? static_cast<float*>(b.qkv) : sA;
+  detail::gemm(ct, false, true, N, QKV, C, 1.0f, b.h1, C, wqkv, C, 0.0f, qkv_32, QKV);
+  rope_forward(qkv_32, N, T, QKV, Hq + Hkv, rope);
+  store(b.qkv, qkv_32, N * QKV);
+  // y (N, Q) = attention(q, k, v); lse (B, Hq, T)
+  attention_forward(b);
+  // x_mid (N, C) = x_in + y @ Wo^T
+  std::memcpy(b.x_mid, b.x_in, static_cast<std::size_t>(N * C) * 4);
+  detail::gemm(ct, false, true, N, C, Q, 1.0f, b.y, Q, wo, Q, 1.0f, b.x_mid, C);
+  // h2 (N, C) = rmsnorm(x_mid) * post_norm
+  float* h2_32 = f32() ? static_cast<float*>(b.h2) : sA;
+  rmsnorm_forward(h2_32, b.rstd2, b.x_mid, norm_weight(w + off.post_norm * cs), N, C, eps);
+  store(b.h2, h2_32, N * C);
+  // gu (N, 2F) = h2 @ Wgu^T;  a (N, F) = silu(gate) * up
+  float* gu_32 = f32() ? static_cast<float*>(b.gu) : sA;
+  detail::gemm(ct, false, true, N, 2 * F, C, 1.0f, b.h2, C, wgu, C, 0.0f, gu_32, 2 * F);
+  store(b.gu, gu_32, N * 2 * F);
+  float* a_32 = f32() ? static_cast<float*>(b.a) : sB;
+  swiglu_forward(a_32, gu_32, N, F);
+  store(b.a, a_32, N * F);
+  if (x_out == nullptr) return;
+  // x_out (N, C) = x_mid + a @ Wdown^T
+  std::memcpy(x_out, b.x_mid, static_cast<std::size_t>(N * C) * 4);
+  detail::gemm(ct, false, true, N, C, F, 1.0f, b.a, F, wdown, F, 1.0f, x_out, C);
+}
+
+void Llama::Impl::block_backward(const BlockActs& b, const std::byte* w, float* g, const BlockOffsets& off) {
+  const std::byte* wqkv = w + off.wqkv * cs;
+  const std::byte* wo = w + off.wo * cs;
+  const std::byte* wgu = w + off.wgu * cs;
+  const std::byte* wdown = w + off.wdown * cs;
+  // ---- MLP: x_out = x_mid + a @ Wdown^T ----
+  const void* dx_c = as_compute(dx, cB, N * C);
+  // da (N, F) = dx @ Wdown;  dWdown (C, F) += dx^T @ a
+  detail::gemm(ct, false, false, N, F, C, 1.0f, dx_c, C, wdown, F, 0.0f, sB, F);
+  detail::gemm(ct, true, false, C, F, N, 1.0f, dx_c, C, b.a, F, 1.0f, g + off.wdown, F);
+  // dgu (N, 2F) from da and the saved gate | up
+  swiglu_backward(sC, sB, as_f32(b.gu, sA, N * 2 * F), N, F);
+  const void* dgu_c = as_compute(sC, cA, N * 2 * F);
+  // dh2 (N, C) = dgu @ Wgu;  dWgu (2F, C) += dgu^T @ h2
+  detail::gemm(ct, false, false, N, C, 2 * F, 1.0f, dgu_c, 2 * F, wgu, C, 0.0f, sB, C);
+  detail::gemm(ct, true, false, 2 * F, C, N, 1.0f, dgu_c, 2 * F, b.h2, C, 1.0f, g + off.wgu, C);
+  // dx += rmsnorm'(dh2);  d post_norm += ...
+  rmsnorm_backward(dx, g + off.post_norm, sB, b.x_mid, norm_weight(w + off.post_norm * cs), b.rstd2, N, C);
+  // ---- attention: x_mid = x_in + y @ Wo^T ----
+  dx_c = as_compute(dx, cB, N * C);
+  // dy (N, Q) = dx @ Wo;  dWo (C, Q) += dx^T @ y
+  float* dy_32 = f32() ? static_cast<float*>(cA) : sB;
+  detail::gemm(ct, false, false, N, Q, C, 1.0f, dx_c, C, wo, Q, 0.0f, dy_32, Q);
+  detail::gemm(ct, true, false, C, Q, N, 1.0f, dx_c, C, b.y, Q, 1.0f, g + off.wo, Q);
+  const void* dy_c = as_compute(dy_32, cA, N * Q);
+  // dqkv (N, QKV) f32 in sA, through flex attention's backward and RoPE's transpose
+  attention_backward(b, dy_c);
+  const void* dqkv_c = as_compute(sA, cB, N * QKV);
+  // dh1 (N, C) = dqkv @ Wqkv;  dWqkv (QKV, C) += dqkv^T @ h1
+  detail::gemm(ct, false, false, N, C, QKV, 1.0f, dqkv_c, QKV, wqkv, C, 0.0f, sC, C);
+  detail::gemm(ct, true, false, QKV, C, N, 1.0f, dqkv_c, QKV, b.h1, C, 1.0f, g + off.wqkv, C);
+  // dx += rmsnorm'(dh1);  d input_norm += ...
+  rmsnorm_backward(dx, g + off.input_norm, sC, b.x_in, norm_weight(w + off.input_norm * cs), b.rstd1, N, C);
+}
+
+}  // namespace lmcore::model

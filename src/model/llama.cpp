@@ -1,0 +1,289 @@
+// The Llama model's forward and backward: the order of the layers, the activation arena and the
+// buffers each matrix product reads and writes. The layers themselves are in layers.cpp, the matrix
+// products in gemm.cpp, attention in the flex attention part and the head in the loss part.
+#include "lmcore/model/llama.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "lmcore/attention/block_mask.h"
+#include "lmcore/attention/flex_attention.h"
+#include "lmcore/core/allocator.h"
+#include "lmcore/core/error.h"
+#include "lmcore/loss/cross_entropy.h"
+#include "lmcore/loss/linear_cross_entropy.h"
+#include "src/model/gemm.h"
+#include "src/model/llama_impl.h"
+
+namespace lmcore::model {
+
+using attention::BlockMask;
+using attention::FlexOptions;
+using attention::MaskMod;
+
+Llama::Llama(const ModelConfig& config, const ModelOptions& options)
+    : config_(config), options_(options), layout_(config), impl_(std::make_unique<Impl>()) {
+  config_.validate();
+  if (options_.seq_len == 0) options_.seq_len = config_.max_seq_len;
+  LMCORE_CHECK(options_.batch >= 1, "Llama: batch must be >= 1, found {}", options_.batch);
+  LMCORE_CHECK(options_.seq_len >= 1 && options_.seq_len <= config_.max_seq_len,
+               "Llama: seq_len must be in [1, max_position_embeddings = {}], found {}", config_.max_seq_len,
+               options_.seq_len);
+  LMCORE_CHECK(options_.compute == DType::f32 || options_.compute == DType::bf16,
+               "Llama: compute dtype must be f32 or bf16, found {}", options_.compute);
+  Impl& m = *impl_;
+  m.B = options_.batch;
+  m.T = options_.seq_len;
+  m.N = m.B * m.T;
+  m.C = config_.dim;
+  m.Hq = config_.n_heads;
+  m.Hkv = config_.n_kv_heads;
+  m.hd = config_.head_dim();
+  m.Q = config_.q_dim();
+  m.QKV = m.Q + 2 * config_.kv_dim();
+  m.F = config_.ffn_dim;
+  m.V = config_.vocab_size;
+  m.L = config_.n_layers;
+  m.ct = options_.compute;
+  m.cs = dtype_size(m.ct);
+  m.rope = RopeTable::make(m.T, m.hd, config_.rope_theta);
+  if (config_.mask == AttentionMask::causal)
+    m.mask = attention::create_block_mask(MaskMod::causal(), 1, 1, m.T, m.T);
+  else if (config_.mask == AttentionMask::sliding_window)
+    m.mask = attention::create_block_mask(MaskMod::sliding_window(config_.sliding_window), 1, 1, m.T, m.T);
+
+  params_ = Tensor::zeros({layout_.size()}, DType::f32);
+  grads_ = Tensor::zeros({layout_.size()}, DType::f32);
+  compute_params_ = m.f32() ? params_ : Tensor::zeros({layout_.size()}, m.ct);
+  m.local = std::make_unique<LocalAccess>(layout_, compute_params_, grads_);
+  m.access = m.local.get();
+
+  // ---- plan the arena: every buffer 64-byte aligned ----
+  const std::int64_t N = m.N, C = m.C;
+  const std::int64_t wmax = std::max({m.QKV, 2 * m.F, m.Q, C});
+  std::vector<std::pair<void**, std::size_t>> plan;
+  auto f32buf = [&](float** p, std::int64_t n) { plan.push_back({reinterpret_cast<void**>(p), static_cast<std::size_t>(n) * 4}); };
+  auto ctbuf = [&](void** p, std::int64_t n) { plan.push_back({p, static_cast<std::size_t>(n) * m.cs}); };
+  m.blocks.resize(static_cast<std::size_t>(m.L));
+  BlockActs shared;  // the recompute scratch
+  auto plan_block = [&](BlockActs& b) {
+    f32buf(&b.rstd1, N);
+    ctbuf(&b.h1, N * C);
+    ctbuf(&b.qkv, N * m.QKV);
+    ctbuf(&b.y, N * m.Q);
+    f32buf(&b.lse, m.B * m.Hq * m.T);
+    f32buf(&b.x_mid, N * C);
+    f32buf(&b.rstd2, N);
+    ctbuf(&b.h2, N * C);
+    ctbuf(&b.gu, N * 2 * m.F);
+    ctbuf(&b.a, N * m.F);
+  };
+  for (BlockActs& b : m.blocks) {
+    f32buf(&b.x_in, N * C);
+    if (!options_.recompute) plan_block(b);
+  }
+  if (options_.recompute) plan_block(shared);
+  f32buf(&m.x_final, N * C);
+  f32buf(&m.rstd_f, N);
+  ctbuf(&m.hf, N * C);
+  f32buf(&m.sA, N * wmax);
+  f32buf(&m.sB, N * wmax);
+  f32buf(&m.sC, N * wmax);
+  if (!m.f32()) {
+    ctbuf(&m.cA, N * wmax);
+    ctbuf(&m.cB, N * wmax);
+  }
+  f32buf(&m.dx, N * C);
+  std::size_t total = 0;
+  for (auto& [p, bytes] : plan) total += (bytes + 63) / 64 * 64;
+  m.arena_bytes = total;
+  m.arena = Storage::allocate(std::max<std::size_t>(total, 64));
+  std::size_t off = 0;
+  for (auto& [p, bytes] : plan) {
+    *p = m.arena->data() + off;
+    off += (bytes + 63) / 64 * 64;
+  }
+  if (m.f32()) {
+    m.cA = m.sA;
+    m.cB = m.sB;
+  }
+  if (options_.recompute) {
+    for (BlockActs& b : m.blocks) {
+      float* x_in = b.x_in;
+      b = shared;
+      b.x_in = x_in;
+    }
+  }
+  m.targets64 = Tensor::empty({N}, DType::i64);
+}
+
+Llama::~Llama() = default;
+
+Tensor Llama::param(std::string_view name) const { return layout_.view(params_, layout_.at(name)); }
+Tensor Llama::grad(std::string_view name) const { return layout_.view(grads_, layout_.at(name)); }
+
+void Llama::init_weights(std::uint64_t seed) {
+  const double std_dev = 0.02;
+  const double out_scale = 1.0 / std::sqrt(2.0 * static_cast<double>(config_.n_layers));
+  float* p = params_.data<float>();
+  for (std::size_t i = 0; i < layout_.params().size(); ++i) {
+    const ParamSpec& s = layout_.params()[i];
+    float* w = p + s.offset;
+    if (s.shape.size() == 1) {  // norms
+      for (std::int64_t j = 0; j < s.numel; ++j) w[j] = 1.0f;
+      continue;
+    }
+    const bool out_proj = s.name.ends_with("o_proj.weight") || s.name.ends_with("down_proj.weight");
+    const double sd = std_dev * (out_proj ? out_scale : 1.0);
+    // One generator per tensor, seeded from (seed, tensor index): the values do not depend on the order
+    // in which tensors are initialised, or on the thread count.
+    std::mt19937_64 gen(seed * 0x9E3779B97F4A7C15ull + i * 0xBF58476D1CE4E5B9ull + 1);
+    std::normal_distribution<double> normal(0.0, sd);
+    for (std::int64_t j = 0; j < s.numel; ++j) w[j] = static_cast<float>(normal(gen));
+  }
+  params_updated();
+}
+
+void Llama::zero_grad() { grads_.zero_(); }
+
+void Llama::params_updated() {
+  if (impl_->f32()) return;
+  compute_params_.copy_(params_);
+}
+
+void Llama::set_unit_access(UnitAccess* access) { impl_->access = access ? access : impl_->local.get(); }
+
+std::size_t Llama::activation_bytes() const { return impl_->arena_bytes; }
+
+double Llama::flops_per_step() const {
+  const Impl& m = *impl_;
+  // Multiply-adds per token of every matrix product in the forward, head included.
+  const double per_token = static_cast<double>(m.L) * static_cast<double>(m.C * m.QKV + m.Q * m.C + m.C * 2 * m.F + m.F * m.C) +
+                           static_cast<double>(m.V * m.C);
+  double flops = 6.0 * per_token * static_cast<double>(m.N);  // forward 2, backward 4 per multiply-add
+  // Attention: QK^T and PV forward, five products backward, over the mask's computed blocks.
+  // (Document masks change per batch: counted as causal, their upper bound.)
+  const BlockMask bm = config_.mask == AttentionMask::document
+                           ? attention::create_block_mask(MaskMod::causal(), 1, 1, m.T, m.T)
+                           : m.mask;
+  const attention::FlexFlops ff = attention::flex_flops(bm, m.B, m.Hq, m.hd, m.hd);
+  flops += static_cast<double>(m.L) * (ff.forward + ff.backward);
+  return flops;
+}
+
+namespace {
+LossOptions head_loss_options(const ModelConfig& c) {
+  LossOptions o;
+  o.z_loss = c.z_loss;
+  o.softcap = c.logit_softcap;
+  o.label_smoothing = c.label_smoothing;
+  return o;
+}
+}  // namespace
+
+void Llama::prepare_batch(const std::int32_t* tokens, const std::int32_t* targets) {
+  Impl& m = *impl_;
+  for (std::int64_t n = 0; n < m.N; ++n) {
+    LMCORE_CHECK(tokens[n] >= 0 && tokens[n] < m.V, "Llama: input token {} at position {} is outside [0, vocab_size = {})",
+                 tokens[n], n, m.V);
+    if (targets)
+      LMCORE_CHECK(targets[n] >= 0 && targets[n] < m.V,
+                   "Llama: target token {} at position {} is outside [0, vocab_size = {})", targets[n], n, m.V);
+  }
+  if (targets) {
+    std::int64_t* t64 = m.targets64.data<std::int64_t>();
+    for (std::int64_t n = 0; n < m.N; ++n) t64[n] = targets[n];
+  }
+  if (config_.mask == AttentionMask::document) m.build_document_masks(tokens, config_.eos_token_id);
+}
+
+// Embedding, every block, final norm: leaves the head's input in hf. The root unit stays acquired.
+const std::byte* Llama::forward_trunk(const std::int32_t* tokens) {
+  Impl& m = *impl_;
+  const std::byte* root = static_cast<const std::byte*>(m.access->weights(0));
+  float* x0 = m.blocks.empty() ? m.x_final : m.blocks[0].x_in;
+  if (m.f32()) {
+    embedding_forward(x0, tokens, reinterpret_cast<const float*>(root) + layout_.root().embed, m.N, m.C, m.V);
+  } else {
+    // Rows of the compute-dtype table, widened: gathered into sA first, then cast.
+    for (std::int64_t n = 0; n < m.N; ++n)
+      Tensor::from_blob(x0 + n * m.C, {m.C}, DType::f32, nullptr)
+          .copy_(m.ct_tensor(const_cast<std::byte*>(root) + (layout_.root().embed + tokens[n] * m.C) * m.cs, {m.C}));
+  }
+  for (std::int64_t l = 0; l < m.L; ++l) {
+    const int unit = static_cast<int>(l) + 1;
+    const std::byte* w = static_cast<const std::byte*>(m.access->weights(unit));
+    float* x_out = l + 1 < m.L ? m.blocks[l + 1].x_in : m.x_final;
+    m.block_forward(m.blocks[l], w, x_out, config_, layout_.block());
+    m.access->release(unit);
+  }
+  float* hf32 = m.f32() ? static_cast<float*>(m.hf) : m.sA;
+  rmsnorm_forward(hf32, m.rstd_f, m.x_final, m.norm_weight(root + layout_.root().norm * m.cs), m.N, m.C,
+                  static_cast<float>(config_.norm_eps));
+  m.store(m.hf, hf32, m.N * m.C);
+  return root;
+}
+
+StepLoss Llama::forward_backward(const std::int32_t* tokens, const std::int32_t* targets, float grad_scale) {
+  Impl& m = *impl_;
+  prepare_batch(tokens, targets);
+  const std::byte* root = forward_trunk(tokens);
+  float* groot = m.access->grads(0);
+  // ---- head: fused linear cross-entropy, forward and backward in one pass ----
+  const Tensor hidden = m.ct_tensor(m.hf, {m.N, m.C});
+  const Tensor head = m.ct_tensor(const_cast<std::byte*>(root) + layout_.root().head * m.cs, {m.V, m.C});
+  const Tensor d_head = Tensor::from_blob(groot + layout_.root().head, {m.V, m.C}, DType::f32, nullptr);
+  const LinearCrossEntropyOutput out =
+      linear_cross_entropy_with_grad(hidden, head, m.targets64, head_loss_options(config_),
+                                     Tensor::full({}, grad_scale, DType::f32), d_head, Tensor());
+  StepLoss loss{out.loss.item_as_double(), out.z_loss.item_as_double()};
+  // ---- final norm ----
+  std::memset(m.dx, 0, static_cast<std::size_t>(m.N * m.C) * 4);
+  const float* dhf = m.as_f32(out.d_hidden.data_ptr(), m.sA, m.N * m.C);
+  rmsnorm_backward(m.dx, groot + layout_.root().norm, dhf, m.x_final, m.norm_weight(root + layout_.root().norm * m.cs),
+                   m.rstd_f, m.N, m.C);
+  // ---- blocks, last to first ----
+  for (std::int64_t l = m.L - 1; l >= 0; --l) {
+    const int unit = static_cast<int>(l) + 1;
+    const std::byte* w = static_cast<const std::byte*>(m.access->weights(unit));
+    if (options_.recompute) m.block_forward(m.blocks[l], w, nullptr, config_, layout_.block());
+    m.block_backward(m.blocks[l], w, m.access->grads(unit), layout_.block());
+    m.access->release(unit);
+    m.access->grads_ready(unit);
+  }
+  // ---- embedding ----
+  embedding_backward(groot + layout_.root().embed, m.dx, tokens, m.N, m.C, m.V);
+  m.access->release(0);
+  m.access->grads_ready(0);
+  return loss;
+}
+
+StepLoss Llama::forward_loss(const std::int32_t* tokens, const std::int32_t* targets) {
+  Impl& m = *impl_;
+  prepare_batch(tokens, targets);
+  const std::byte* root = forward_trunk(tokens);
+  const Tensor hidden = m.ct_tensor(m.hf, {m.N, m.C});
+  const Tensor head = m.ct_tensor(const_cast<std::byte*>(root) + layout_.root().head * m.cs, {m.V, m.C});
+  const LossResult r = linear_cross_entropy(hidden, head, m.targets64, head_loss_options(config_));
+  m.access->release(0);
+  return {r.loss.item_as_double(), r.z_loss.item_as_double()};
+}
+
+Tensor Llama::logits(const std::int32_t* tokens) {
+  Impl& m = *impl_;
+  prepare_batch(tokens, nullptr);
+  const std::byte* root = forward_trunk(tokens);
+  Tensor out = Tensor::empty({m.N, m.V}, DType::f32);
+  detail::gemm(m.ct, false, true, m.N, m.V, m.C, 1.0f, m.hf, m.C, root + layout_.root().head * m.cs, m.C, 0.0f,
+               out.data<float>(), m.V);
+  m.access->release(0);
+  if (config_.logit_softcap > 0) {
+    const float c = static_cast<float>(config_.logit_softcap);
+    float* p = out.data<float>();
+    for (std::int64_t i = 0; i < out.numel(); ++i) p[i] = c * std::tanh(p[i] / c);
+  }
+  return out;
+}
+
+}  // namespace lmcore::model

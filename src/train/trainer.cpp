@@ -1,0 +1,330 @@
+#include "lmcore/train/trainer.h"
+
+#include <csignal>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "lmcore/core/error.h"
+#include "lmcore/core/matmul.h"
+#include "lmcore/core/parallel.h"
+#include "lmcore/core/progress.h"
+#include "lmcore/core/runtime_info.h"
+#include "lmcore/model/llama.h"
+#include "lmcore/train/adamw.h"
+#include "lmcore/train/builtin_corpus.h"
+#include "lmcore/train/checkpoint.h"
+#include "lmcore/train/data_loader.h"
+#include "lmcore/train/run_log.h"
+#include "lmcore/version.h"
+
+namespace lmcore::train {
+
+namespace fs = std::filesystem;
+using model::Llama;
+using model::ModelConfig;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// SIGINT / SIGTERM end the run after the current step, with a checkpoint.
+std::atomic<int> g_signal{0};
+extern "C" void on_stop_signal(int sig) { g_signal.store(sig); }
+
+class StopSignals {
+ public:
+  StopSignals() {
+    g_signal.store(0);
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~StopSignals() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
+// The built-in default model: ~10M parameters at a byte-level vocabulary, sized for a two-minute run on
+// two cores.
+ModelConfig default_config(std::int64_t vocab, std::int64_t eos, std::int64_t seq_len) {
+  ModelConfig c;
+  c.vocab_size = vocab;
+  c.dim = 384;
+  c.n_layers = 6;
+  c.n_heads = 6;
+  c.n_kv_heads = 2;
+  c.ffn_dim = 1024;
+  c.max_seq_len = std::max<std::int64_t>(seq_len, 256);
+  c.tie_embeddings = true;
+  c.eos_token_id = eos;
+  c.bos_token_id = eos;
+  return c;
+}
+
+// GEMM throughput of the compute dtype on this machine now (the MFU's denominator): the best of a few
+// 1024^3 products.
+double measure_peak_gflops(DType dtype) {
+  const std::int64_t n = 1024;
+  Tensor a = Tensor::full({n, n}, 0.5, dtype), b = Tensor::full({n, n}, 0.25, dtype);
+  double best = 0;
+  for (int i = 0; i < 6; ++i) {
+    const auto t = Clock::now();
+    (void)matmul(a, b);
+    const double s = seconds_since(t);
+    if (i >= 1) best = std::max(best, 2.0 * n * n * n / s / 1e9);
+  }
+  return best;
+}
+
+std::string first_nonfinite_gradient(const Llama& m) {
+  const float* g = m.grads().data<float>();
+  for (const auto& p : m.layout().params()) {
+    for (std::int64_t i = 0; i < p.numel; ++i)
+      if (!std::isfinite(g[p.offset + i])) return fmt::format("{} (element {} = {})", p.name, i, g[p.offset + i]);
+  }
+  return "";
+}
+
+std::string derived_val_glob(const std::string& data) {
+  const auto pos = data.rfind("train");
+  if (pos == std::string::npos) return "";
+  std::string v = data;
+  v.replace(pos, 5, "val");
+  return v;
+}
+
+}  // namespace
+
+TrainResult run_training(const TrainOptions& opts) {
+  TrainOptions o = opts;
+  if (o.threads > 0) set_num_threads(o.threads);
+  LMCORE_CHECK(o.batch_size >= 1, "--batch-size must be >= 1, found {}", o.batch_size);
+  LMCORE_CHECK(o.seq_len >= 1, "--seq-len must be >= 1, found {}", o.seq_len);
+  LMCORE_CHECK(o.grad_accum >= 1, "--grad-accum must be >= 1, found {}", o.grad_accum);
+  LMCORE_CHECK(o.max_steps >= 0, "--max-steps must be >= 0, found {}", o.max_steps);
+  LMCORE_CHECK(o.checkpoint_every >= 0 && o.eval_every >= 0 && o.eval_batches >= 1,
+               "--checkpoint-every and --eval-every must be >= 0 and --eval-batches >= 1");
+  LMCORE_CHECK(o.keep_checkpoints >= 1, "--keep-checkpoints must be >= 1, found {}", o.keep_checkpoints);
+  LMCORE_CHECK(o.grad_clip >= 0, "--grad-clip must be >= 0 (0 disables), found {}", o.grad_clip);
+  LMCORE_CHECK(o.dtype == DType::f32 || o.dtype == DType::bf16, "--dtype must be f32 or bf16, found {}", o.dtype);
+
+  // ---- data and model config ----
+  std::string resume_dir;
+  if (!o.resume.empty()) resume_dir = resolve_checkpoint(o.resume);
+  PreparedData builtin;
+  const bool use_builtin = o.data.empty();
+  if (use_builtin) {
+    builtin = prepare_builtin_corpus(default_corpus_cache_dir(), !o.quiet);
+    o.data = builtin.train_glob;
+    if (o.val_data.empty()) o.val_data = builtin.val_glob;
+    if (o.tokenizer.empty()) o.tokenizer = builtin.tokenizer_file;
+    if (o.max_steps == 0) o.max_steps = 600;
+  }
+  if (o.max_steps == 0) o.max_steps = 1000;
+  ModelConfig cfg;
+  if (!resume_dir.empty()) {
+    cfg = ModelConfig::from_file((fs::path(resume_dir) / "config.json").string());
+  } else if (!o.config_file.empty()) {
+    cfg = ModelConfig::from_file(o.config_file);
+  } else {
+    LMCORE_CHECK(use_builtin, "--data needs --config FILE.json (the model's config.json: vocab_size, hidden_size, ...)");
+    cfg = default_config(builtin.vocab_size, builtin.eos_token, o.seq_len);
+  }
+  LMCORE_CHECK(o.seq_len <= cfg.max_seq_len, "--seq-len {} exceeds the model's max_position_embeddings {}", o.seq_len,
+               cfg.max_seq_len);
+  if (o.tokenizer.empty()) {
+    const fs::path next = fs::path(o.data).parent_path() / "tokenizer.json";
+    if (fs::is_regular_file(next)) o.tokenizer = next.string();
+  }
+  if (o.val_data.empty()) {
+    const std::string v = derived_val_glob(o.data);
+    if (!v.empty() && v != o.data) o.val_data = v;
+  }
+  const TokenDataset train_data = TokenDataset::open(o.data, cfg.vocab_size);
+  std::optional<TokenDataset> val_data;
+  if (!o.val_data.empty()) {
+    try {
+      val_data = TokenDataset::open(o.val_data, cfg.vocab_size);
+    } catch (const Error&) {
+      if (!opts.val_data.empty()) throw;  // named explicitly: its errors matter
+    }
+  }
+  if (o.eval_every == 0) o.eval_every = std::max<std::int64_t>(1, o.max_steps / 10);
+  if (o.warmup < 0) o.warmup = std::min<std::int64_t>(200, std::max<std::int64_t>(1, o.max_steps / 20));
+
+  // ---- model, optimizer, loaders ----
+  Llama m(cfg, {.batch = o.batch_size, .seq_len = o.seq_len, .compute = o.dtype, .recompute = o.recompute});
+  m.init_weights(o.seed);
+  AdamW opt(m.layout(), {.beta1 = o.beta1, .beta2 = o.beta2, .eps = o.adam_eps, .weight_decay = o.weight_decay});
+  BatchLoader loader(train_data, o.batch_size, o.seq_len, o.seed, /*shuffle=*/true);
+  std::int64_t step = 0;
+  if (!resume_dir.empty()) {
+    const TrainState st = load_checkpoint(resume_dir, m, opt);
+    step = st.step;
+    loader.set_position(st.data);
+    if (st.seed != o.seed && !o.quiet)
+      fmt::print(stderr, "note: the checkpoint was trained with --seed {}; this run uses {} for data order\n", st.seed,
+                 o.seed);
+  }
+  LrSchedule schedule{o.schedule, o.lr, o.warmup, o.max_steps, o.min_lr_ratio};
+  schedule.validate();
+
+  fs::create_directories(o.out);
+  const std::string ckpt_parent = (fs::path(o.out) / "checkpoints").string();
+  const std::string log_path = o.log.empty() ? (fs::path(o.out) / "metrics.jsonl").string() : o.log;
+  RunLog log(log_path, /*append=*/!resume_dir.empty());
+  const double peak = measure_peak_gflops(o.dtype);
+  const double flops_per_step = m.flops_per_step() * static_cast<double>(o.grad_accum);
+  const std::int64_t tokens_per_step = o.batch_size * o.seq_len * o.grad_accum;
+  log.event(resume_dir.empty() ? "start" : "resume",
+            {{"step", step}, {"params", cfg.num_parameters()}, {"batch_size", o.batch_size}, {"seq_len", o.seq_len},
+             {"grad_accum", o.grad_accum}, {"dtype", std::string(dtype_name(o.dtype))}, {"threads", num_threads()},
+             {"peak_gflops", peak}, {"from", resume_dir}});
+  if (!o.quiet) {
+    fmt::print(stderr, "lmcore train: {:.2f}M parameters ({} layers, dim {}, {} heads / {} kv, ffn {}, vocab {}), {}\n",
+               static_cast<double>(cfg.num_parameters()) / 1e6, cfg.n_layers, cfg.dim, cfg.n_heads, cfg.n_kv_heads,
+               cfg.ffn_dim, cfg.vocab_size, dtype_name(o.dtype));
+    fmt::print(stderr, "  data: {} ({:.2f}M tokens){}\n", use_builtin ? builtin.description : o.data,
+               static_cast<double>(train_data.num_tokens()) / 1e6,
+               val_data ? fmt::format(", validation {:.2f}M tokens", static_cast<double>(val_data->num_tokens()) / 1e6)
+                        : std::string(", no validation data"));
+    fmt::print(stderr, "  batch {} x {} tokens x {} micro-batches = {} tokens/step, {} steps, lr {} ({} warmup, {}), "
+               "{} threads, GEMM peak {:.0f} GFLOPS\n",
+               o.batch_size, o.seq_len, o.grad_accum, tokens_per_step, o.max_steps, o.lr, o.warmup,
+               schedule_name(o.schedule), num_threads(), peak);
+    if (!resume_dir.empty()) fmt::print(stderr, "  resumed from {} at step {}\n", resume_dir, step);
+    fmt::print(stderr, "  run folder: {}\n", o.out);
+  }
+
+  auto evaluate = [&]() -> double {
+    if (!val_data) return -1;
+    BatchLoader vl(*val_data, o.batch_size, o.seq_len, 0, /*shuffle=*/false);
+    const std::int64_t batches = std::max<std::int64_t>(1, std::min(o.eval_batches, vl.windows_per_epoch() / o.batch_size));
+    std::vector<std::int32_t> x(static_cast<std::size_t>(o.batch_size * o.seq_len)), y(x.size());
+    double sum = 0;
+    for (std::int64_t i = 0; i < batches; ++i) {
+      vl.next(x.data(), y.data());
+      sum += m.forward_loss(x.data(), y.data()).loss;
+    }
+    return sum / static_cast<double>(batches);
+  };
+  auto state_now = [&]() {
+    TrainState s;
+    s.step = step;
+    s.data = loader.position();
+    s.seed = o.seed;
+    return s;
+  };
+  TrainResult result;
+  auto checkpoint = [&]() {
+    const auto t = Clock::now();
+    result.last_checkpoint = save_checkpoint(ckpt_parent, m, opt, state_now(), o.tokenizer);
+    prune_checkpoints(ckpt_parent, o.keep_checkpoints);
+    log.event("checkpoint", {{"step", step}, {"path", result.last_checkpoint}, {"seconds", seconds_since(t)}});
+  };
+
+  // ---- the loop ----
+  StopSignals signals;
+  std::vector<std::int32_t> x(static_cast<std::size_t>(o.batch_size * o.seq_len)), y(x.size());
+  Progress progress("train", o.max_steps, "steps", o.quiet ? nullptr : stderr, 10.0, step);
+  const auto run_start = Clock::now();
+  double busy_seconds = 0;
+  std::int64_t steps_this_run = 0;
+  double last_loss = 0;
+  while (step < o.max_steps) {
+    const auto t0 = Clock::now();
+    m.zero_grad();
+    double loss = 0;
+    for (std::int64_t k = 0; k < o.grad_accum; ++k) {
+      loader.next(x.data(), y.data());
+      loss += m.forward_backward(x.data(), y.data(), 1.0f / static_cast<float>(o.grad_accum)).loss;
+    }
+    loss /= static_cast<double>(o.grad_accum);
+    const double norm = std::sqrt(grad_norm_squared(m.grads().data<float>(), m.layout().size()));
+    if (!std::isfinite(loss) || !std::isfinite(norm)) {
+      const std::string bad = first_nonfinite_gradient(m);
+      std::string saved;
+      try {
+        saved = save_checkpoint((fs::path(o.out) / "diverged").string(), m, opt, state_now(), o.tokenizer);
+      } catch (const Error& e) {
+        saved = fmt::format("(could not be saved: {})", e.what());
+      }
+      log.event("diverged", {{"step", step}, {"loss", std::isfinite(loss) ? nlohmann::json(loss) : nlohmann::json(nullptr)},
+                             {"first_bad_gradient", bad}, {"saved", saved}});
+      progress.finish();
+      throw TrainingDiverged(fmt::format(
+          "training diverged at step {}: loss = {}, gradient norm = {}; first non-finite gradient: {}. The state "
+          "before this step's update is saved in {}; the last good checkpoint is {}",
+          step, loss, norm, bad.empty() ? "none (the loss itself)" : bad, saved,
+          result.last_checkpoint.empty() ? (resume_dir.empty() ? "none" : resume_dir) : result.last_checkpoint));
+    }
+    if (o.grad_clip > 0) clip_grad_norm(m.grads().data<float>(), m.layout().size(), norm, o.grad_clip);
+    const double lr = schedule.at(step);
+    opt.step(m.params().data<float>(), m.grads().data<float>(), lr);
+    m.params_updated();
+    const double dt = seconds_since(t0);
+    busy_seconds += dt;
+    ++step;
+    ++steps_this_run;
+    last_loss = loss;
+    StepRecord rec{step, loss, lr, norm, static_cast<double>(tokens_per_step) / dt,
+                   flops_per_step / dt / (peak * 1e9), seconds_since(run_start)};
+    log.step(rec);
+    progress.update(step, fmt::format("loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {:.0f} tok/s | MFU {:.0f}%", loss, lr, norm,
+                                      rec.tokens_per_s, rec.mfu * 100));
+    const bool last = step == o.max_steps;
+    if (val_data && (step % o.eval_every == 0 || last)) {
+      result.final_val_loss = evaluate();
+      log.eval({step, result.final_val_loss});
+    }
+    if (last || (o.checkpoint_every > 0 && step % o.checkpoint_every == 0)) checkpoint();
+    if (g_signal.load() != 0 && !last) {
+      checkpoint();
+      log.event("interrupted", {{"step", step}, {"signal", g_signal.load()}});
+      result.interrupted = true;
+      break;
+    }
+  }
+  progress.finish();
+  result.steps_done = step;
+  result.final_loss = last_loss;
+  if (steps_this_run > 0) {
+    result.tokens_per_s = static_cast<double>(tokens_per_step * steps_this_run) / busy_seconds;
+    result.mfu = flops_per_step * static_cast<double>(steps_this_run) / busy_seconds / (peak * 1e9);
+  }
+  log.event("end", {{"step", step}, {"loss", last_loss}, {"val_loss", result.final_val_loss},
+                    {"tokens_per_s", result.tokens_per_s}, {"mfu", result.mfu}, {"interrupted", result.interrupted}});
+  log.write_report((fs::path(o.out) / "report.html").string(), "lmcore train: " + o.out,
+                   {{"model", fmt::format("{:.2f}M parameters: {} layers, dim {}, heads {} / kv {}, ffn {}, vocab {}, "
+                                          "mask {}",
+                                          static_cast<double>(cfg.num_parameters()) / 1e6, cfg.n_layers, cfg.dim,
+                                          cfg.n_heads, cfg.n_kv_heads, cfg.ffn_dim, cfg.vocab_size,
+                                          model::attention_mask_name(cfg.mask))},
+                    {"data", use_builtin ? builtin.description : o.data},
+                    {"batch", fmt::format("{} x {} tokens x {} micro-batches", o.batch_size, o.seq_len, o.grad_accum)},
+                    {"optimizer", fmt::format("AdamW lr {} ({}, warmup {}), betas ({}, {}), weight decay {}, clip {}",
+                                              o.lr, schedule_name(o.schedule), o.warmup, o.beta1, o.beta2,
+                                              o.weight_decay, o.grad_clip)},
+                    {"precision", std::string(dtype_name(o.dtype)) + (o.recompute ? ", recompute" : "")},
+                    {"steps", fmt::format("{} of {}", step, o.max_steps)},
+                    {"final loss", fmt::format("train {:.4f}, validation {:.4f}", last_loss, result.final_val_loss)},
+                    {"throughput", fmt::format("{:.0f} tokens/s, MFU {:.1f}% of {:.0f} GFLOPS (measured {} GEMM)",
+                                               result.tokens_per_s, result.mfu * 100, peak, dtype_name(o.dtype))},
+                    {"machine", fmt::format("{} threads, SIMD {}, {}", num_threads(), simd_target_name(), blas_info())},
+                    {"lmcore", LMCORE_VERSION_STRING}});
+  return result;
+}
+
+}  // namespace lmcore::train

@@ -1,0 +1,83 @@
+// lmcore train — train a Llama-style model on token shards (or, with no arguments, the built-in
+// default: a ~10M-parameter model on the Python standard library's sources for a couple of minutes).
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "lmcore/core/dtype.h"
+#include "lmcore/train/trainer.h"
+#include "tools/command.h"
+
+namespace lmcore::cli {
+
+int run_train(int argc, char** argv) {
+  CLI::App app{"Train a Llama-style model with lmcore's kernels. With no arguments: the built-in default (a ~10M-"
+               "parameter model on the Python standard library's sources, about two minutes on two cores).",
+               "lmcore train"};
+  train::TrainOptions o;
+  std::string dtype = "f32", schedule = "cosine";
+  app.add_option("--config", o.config_file, "model config.json (Hugging Face Llama fields); default: built-in model");
+  app.add_option("--data", o.data, "glob of llm.c token shards for training; default: the built-in corpus");
+  app.add_option("--val-data", o.val_data, "glob of validation shards; default: --data with 'train' -> 'val'");
+  app.add_option("--tokenizer", o.tokenizer, "tokenizer.json to store with checkpoints; default: next to the data");
+  app.add_option("--out", o.out, "run folder (checkpoints, metrics.jsonl, report.html)")->capture_default_str();
+  app.add_option("--max-steps", o.max_steps, "optimizer steps (0: 600 for the built-in default, else 1000)")
+      ->capture_default_str();
+  app.add_option("--batch-size", o.batch_size, "sequences per micro-batch")->capture_default_str();
+  app.add_option("--seq-len", o.seq_len, "tokens per sequence")->capture_default_str();
+  app.add_option("--grad-accum", o.grad_accum, "micro-batches per optimizer step")->capture_default_str();
+  app.add_option("--lr", o.lr, "peak learning rate")->capture_default_str();
+  app.add_option("--min-lr-ratio", o.min_lr_ratio, "final learning rate as a fraction of --lr")->capture_default_str();
+  app.add_option("--warmup", o.warmup, "warmup steps (-1: 5% of --max-steps, at most 200)")->capture_default_str();
+  app.add_option("--schedule", schedule, "learning-rate schedule: cosine | wsd | constant")->capture_default_str();
+  app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay (not on norms and embeddings)")
+      ->capture_default_str();
+  app.add_option("--beta1", o.beta1, "AdamW beta1")->capture_default_str();
+  app.add_option("--beta2", o.beta2, "AdamW beta2")->capture_default_str();
+  app.add_option("--grad-clip", o.grad_clip, "global gradient-norm clip (0 disables)")->capture_default_str();
+  app.add_option("--dtype", dtype, "compute dtype: f32 | bf16 (master weights and optimizer stay f32)")
+      ->capture_default_str();
+  app.add_flag("--recompute", o.recompute, "recompute each block's activations in backward instead of keeping them");
+  app.add_option("--checkpoint-every", o.checkpoint_every, "steps between checkpoints (0: only at the end)")
+      ->capture_default_str();
+  app.add_option("--keep-checkpoints", o.keep_checkpoints, "newest checkpoints kept")->capture_default_str();
+  app.add_option("--eval-every", o.eval_every, "steps between validation losses (0: --max-steps / 10)")
+      ->capture_default_str();
+  app.add_option("--eval-batches", o.eval_batches, "batches per validation loss")->capture_default_str();
+  app.add_option("--resume", o.resume, "continue from a checkpoint folder, or a run folder's newest checkpoint");
+  app.add_option("--seed", o.seed, "seed of the initialisation and the data order")->capture_default_str();
+  app.add_option("--log", o.log, "JSON-lines metrics log (default: RUN/metrics.jsonl)");
+  app.add_option("--threads", o.threads, "threads (0: LMCORE_NUM_THREADS or all cores)")->capture_default_str();
+  app.add_flag("--quiet", o.quiet, "no progress line");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    o.dtype = dtype_from_name(dtype);
+    o.schedule = train::schedule_from_name(schedule);
+  } catch (const Error& e) {
+    fmt::print(stderr, "lmcore train: {}\n", e.what());
+    return 2;
+  }
+  try {
+    const train::TrainResult r = train::run_training(o);
+    if (r.interrupted) {
+      fmt::print(stderr, "lmcore train: stopped at step {}; checkpoint {} (continue with --resume {})\n", r.steps_done,
+                 r.last_checkpoint, o.out);
+      return 130;
+    }
+    fmt::print("step {}: train loss {:.4f}, validation loss {:.4f}, {:.0f} tokens/s, MFU {:.1f}%\n", r.steps_done,
+               r.final_loss, r.final_val_loss, r.tokens_per_s, r.mfu * 100);
+    fmt::print("checkpoint: {}\nreport: {}/report.html\n", r.last_checkpoint, o.out);
+    return 0;
+  } catch (const train::TrainingDiverged& e) {
+    fmt::print(stderr, "lmcore train: {}\n", e.what());
+    return 3;
+  } catch (const Error& e) {
+    fmt::print(stderr, "lmcore train: error: {}\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace lmcore::cli
