@@ -12,6 +12,7 @@ void bind_dist(py::module_& m);
 void bind_attention(py::module_& m);
 void bind_io(py::module_& m);
 void bind_loss(py::module_& m);
+void bind_model(py::module_& m);
 }  // namespace lmcore::python
 
 PYBIND11_MODULE(lmcore, m) {
@@ -31,4 +32,5 @@ PYBIND11_MODULE(lmcore, m) {
   lmcore::python::bind_attention(m);
   lmcore::python::bind_io(m);
   lmcore::python::bind_loss(m);
+  lmcore::python::bind_model(m);
 }

@@ -149,10 +149,11 @@ void Llama::Impl::block_backward(const BlockActs& b, const std::byte* w, float* 
   // ---- attention: x_mid = x_in + y @ Wo^T ----
   dx_c = as_compute(dx, cB, N * C);
   // dy (N, Q) = dx @ Wo;  dWo (C, Q) += dx^T @ y
-  float* dy_32 = f32() ? static_cast<float*>(cA) : sB;
-  detail::gemm(ct, false, false, N, Q, C, 1.0f, dx_c, C, wo, Q, 0.0f, dy_32, Q);
+  // (dy must not share memory with sA, where the per-row backward of document masks writes dqkv while
+  // later rows still read dy.)
+  detail::gemm(ct, false, false, N, Q, C, 1.0f, dx_c, C, wo, Q, 0.0f, sB, Q);
   detail::gemm(ct, true, false, C, Q, N, 1.0f, dx_c, C, b.y, Q, 1.0f, g + off.wo, Q);
-  const void* dy_c = as_compute(dy_32, cA, N * Q);
+  const void* dy_c = as_compute(sB, cA, N * Q);
   // dqkv (N, QKV) f32 in sA, through flex attention's backward and RoPE's transpose
   attention_backward(b, dy_c);
   const void* dqkv_c = as_compute(sA, cB, N * QKV);
