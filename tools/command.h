@@ -23,5 +23,6 @@ int run_upgrade_check(int argc, char** argv);
 int run_inspect(int argc, char** argv);
 int run_convert(int argc, char** argv);
 int run_train(int argc, char** argv);
+int run_generate(int argc, char** argv);
 
 }  // namespace lmcore::cli

@@ -13,6 +13,7 @@ const std::vector<Command>& all_commands() {
       {"inspect", "checkpoint format, tensors and metadata: lmcore inspect FILE [--json]", run_inspect},
       {"convert", "checkpoint conversion, verified: lmcore convert IN OUT [--to safetensors|torch]", run_convert},
       {"train", "train a Llama-style model (no arguments: the built-in default run)", run_train},
+      {"generate", "sample from a checkpoint: lmcore generate --checkpoint DIR --prompt TEXT", run_generate},
   };
   return commands;
 }

@@ -1,9 +1,9 @@
 // Each layer of layers.h against its scalar twin in reference.h, over awkward sizes and both thread
-// counts. Bounds are a few f32 ulps of the magnitudes involved: with eps = 2^-24 relative rounding, a
-// row of C terms accumulates at most ~C eps (vector partial sums keep it near sqrt(C) eps). Measured
-// (this file's sizes): rmsnorm forward 2.4e-7 relative, backward 1.1e-6 of max |dx|; swiglu 2.4e-7;
-// rope 1.2e-7 plus the table's f32 angles (t * 6e-8). A 1% perturbation of any output is 1e-2 of
-// its magnitude, four orders above every bound.
+// counts. Bounds are a few f32 epsilons of the magnitudes involved, times sqrt(terms) for sums (vector
+// partial sums keep the rounding error near sqrt(C) eps). The errors measured on this file's sizes are
+// at most 18% (rmsnorm out), 15% (rstd), 29% (dx), 23% (dweight), 28% (rope) and 13% (rope round trip)
+// of their bounds (LMCORE_PRINT_ERRORS=1 prints them). A 1% error in any output is 1e-2 of its magnitude,
+// at least three orders above every bound.
 #include <gtest/gtest.h>
 
 #include "lmcore/core/error.h"
@@ -50,7 +50,7 @@ TEST(Layers, RmsNormForwardAndBackwardMatchTheReference) {
         rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd_r.data(), N, C);
         reference::rmsnorm_backward(dx_r.data(), dw_r.data(), dy.data(), x.data(), w.data(), rstd_r.data(), N, C);
         expect_close(dx, dx_r, 8 * kEps * std::sqrt(double(C)) * (max_abs(dx_r) + 1), "rmsnorm dx " + tag);
-        expect_close(dw, dw_r, 8 * kEps * std::sqrt(double(N * C)) * (max_abs(dw_r) + 1), "rmsnorm dweight " + tag);
+        expect_close(dw, dw_r, kEps * std::sqrt(double(N * C)) * (max_abs(dw_r) + 1), "rmsnorm dweight " + tag);
       }
     }
   }

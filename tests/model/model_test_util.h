@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -39,6 +41,7 @@ inline double expect_close(const std::vector<float>& got, const std::vector<floa
       at = i;
     }
   }
+  if (std::getenv("LMCORE_PRINT_ERRORS")) std::printf("%s: error %.3g, bound %.3g\n", what.c_str(), worst, bound);
   EXPECT_LE(worst, bound) << what << ": max error " << worst << " at [" << at << "]: got " << got[at] << ", want "
                           << want[at] << " (bound " << bound << ")";
   return worst;

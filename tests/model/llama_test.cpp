@@ -1,0 +1,208 @@
+// The model as a whole: config JSON and its errors, the parameter layout, and the KV-cache generator
+// against the training forward. Gradients are checked against torch in tests/python/test_model_torch.py.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "lmcore/core/error.h"
+#include "lmcore/model/config.h"
+#include "lmcore/model/generate.h"
+#include "lmcore/model/llama.h"
+#include "lmcore/model/parameters.h"
+
+namespace lmcore::model {
+namespace {
+
+ModelConfig small_config() {
+  ModelConfig c;
+  c.vocab_size = 61;
+  c.dim = 32;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.ffn_dim = 48;
+  c.max_seq_len = 40;
+  c.eos_token_id = 3;
+  c.tie_embeddings = false;
+  return c;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an lmcore::Error";
+  return "";
+}
+
+TEST(ModelConfig, JsonRoundTripKeepsEveryField) {
+  ModelConfig c = small_config();
+  c.mask = AttentionMask::sliding_window;
+  c.sliding_window = 17;
+  c.z_loss = 1e-4;
+  c.logit_softcap = 30;
+  c.label_smoothing = 0.05;
+  c.rope_theta = 500000;
+  c.norm_eps = 1e-6;
+  const ModelConfig d = ModelConfig::from_json(c.to_json(), "x");
+  EXPECT_EQ(d.to_json(), c.to_json());
+  EXPECT_EQ(d.mask, AttentionMask::sliding_window);
+  EXPECT_EQ(d.sliding_window, 17);
+  EXPECT_EQ(d.rope_theta, 500000);
+  EXPECT_FALSE(d.tie_embeddings);
+}
+
+TEST(ModelConfig, ImpossibleValuesGetErrorsNamingTheField) {
+  const std::string base = small_config().to_json();
+  auto with = [&](const std::string& key, const std::string& value) {
+    std::string s = base;
+    const auto at = s.find("\"" + key + "\"");
+    EXPECT_NE(at, std::string::npos) << key;
+    const auto colon = s.find(':', at), end = s.find_first_of(",\n}", colon);
+    s.replace(colon + 1, end - colon - 1, " " + value);
+    return error_of([&] { ModelConfig::from_json(s, "cfg.json"); });
+  };
+  EXPECT_NE(with("hidden_size", "30").find("hidden_size 30 is not divisible by num_attention_heads 4"), std::string::npos);
+  EXPECT_NE(with("num_key_value_heads", "3").find("num_attention_heads 4 is not a multiple of num_key_value_heads 3"),
+            std::string::npos);
+  EXPECT_NE(with("hidden_size", "12").find("must be even (RoPE)"), std::string::npos);  // head dim 3
+  EXPECT_NE(with("vocab_size", "0").find("vocab_size must be >= 1, found 0"), std::string::npos);
+  EXPECT_NE(with("vocab_size", "\"big\"").find("'vocab_size' has the wrong type"), std::string::npos);
+  EXPECT_NE(with("rms_norm_eps", "-1").find("rms_norm_eps must be in (0, 1)"), std::string::npos);
+  EXPECT_NE(with("hidden_act", "\"gelu\"").find("hidden_act \"gelu\" is not supported"), std::string::npos);
+  EXPECT_NE(with("lmcore_attention_mask", "\"diagonal\"").find("\"diagonal\" is not one of"), std::string::npos);
+  EXPECT_NE(with("eos_token_id", "61").find("eos_token_id 61 is >= vocab_size 61"), std::string::npos);
+  std::string e = error_of([] { ModelConfig::from_json(R"({"vocab_size": 10, "hidden_size": 8})", "c.json"); });
+  EXPECT_NE(e.find("c.json: missing required key 'intermediate_size'"), std::string::npos) << e;
+  e = error_of([] { ModelConfig::from_json(R"({"vocab_size": 10, "hiden_size": 8})", "c.json"); });
+  EXPECT_NE(e.find("unknown key 'hiden_size'"), std::string::npos) << e;
+  e = error_of([] { ModelConfig::from_json("{\"vocab_size\": ", "c.json"); });
+  EXPECT_NE(e.find("c.json: not valid JSON"), std::string::npos) << e;
+  ModelConfig doc = small_config();
+  doc.mask = AttentionMask::document;
+  doc.eos_token_id = -1;
+  e = error_of([&] { doc.validate(); });
+  EXPECT_NE(e.find("attention mask 'document' needs eos_token_id"), std::string::npos) << e;
+}
+
+TEST(ParameterLayout, HuggingFaceNamesFusedMatricesAndAlignment) {
+  ModelConfig c = small_config();
+  c.dim = 36;  // q/k/v rows * dim are not multiples of 16: the fused matrices must still be packed
+  c.n_heads = 6;
+  c.n_kv_heads = 3;
+  const ParameterLayout L(c);
+  EXPECT_EQ(L.params().size(), 3u + 9u * 2u);
+  const ParamSpec& q = L.at("model.layers.1.self_attn.q_proj.weight");
+  const ParamSpec& k = L.at("model.layers.1.self_attn.k_proj.weight");
+  const ParamSpec& v = L.at("model.layers.1.self_attn.v_proj.weight");
+  EXPECT_EQ(k.offset, q.offset + q.numel);
+  EXPECT_EQ(v.offset, k.offset + k.numel);
+  const ParamSpec& g = L.at("model.layers.0.mlp.gate_proj.weight");
+  EXPECT_EQ(L.at("model.layers.0.mlp.up_proj.weight").offset, g.offset + g.numel);
+  EXPECT_EQ(q.shape, (Shape{36, 36}));
+  EXPECT_EQ(k.shape, (Shape{18, 36}));
+  EXPECT_EQ(L.at("model.layers.0.mlp.down_proj.weight").shape, (Shape{36, 48}));
+  EXPECT_EQ(L.at("lm_head.weight").shape, (Shape{61, 36}));
+  EXPECT_FALSE(L.at("model.embed_tokens.weight").weight_decay);
+  EXPECT_FALSE(L.at("model.layers.0.input_layernorm.weight").weight_decay);
+  EXPECT_TRUE(L.at("lm_head.weight").weight_decay);
+  for (const auto& u : L.units()) EXPECT_EQ(u.offset % 16, 0) << u.name;
+  // Units tile the buffer.
+  std::int64_t end = 0;
+  for (const auto& u : L.units()) {
+    EXPECT_EQ(u.offset, end) << u.name;
+    end = u.offset + u.numel;
+  }
+  EXPECT_EQ(end, L.size());
+  std::int64_t counted = 0;
+  for (const auto& p : L.params()) counted += p.numel;
+  EXPECT_EQ(counted, c.num_parameters());
+  c.tie_embeddings = true;
+  const ParameterLayout T(c);
+  EXPECT_EQ(T.find("lm_head.weight"), nullptr);
+  EXPECT_EQ(T.root().head, T.root().embed);
+  EXPECT_NE(error_of([&] { (void)T.at("lm_head.weight"); }).find("no parameter named 'lm_head.weight'"),
+            std::string::npos);
+}
+
+// The KV-cache decoder and the training forward compute the same function.
+TEST(Generator, LogitsEqualTheTrainingForwardAtEveryPosition) {
+  for (AttentionMask mask : {AttentionMask::causal, AttentionMask::sliding_window, AttentionMask::document}) {
+    ModelConfig c = small_config();
+    c.mask = mask;
+    c.sliding_window = 5;
+    c.logit_softcap = mask == AttentionMask::causal ? 20.0 : 0.0;
+    const std::int64_t T = 33;
+    Llama m(c, {.batch = 1, .seq_len = T});
+    m.init_weights(5);
+    std::vector<std::int32_t> tokens(T);
+    for (std::int64_t t = 0; t < T; ++t) tokens[t] = static_cast<std::int32_t>((t * 17 + 5) % c.vocab_size);
+    tokens[9] = tokens[20] = 3;  // eos: documents start there
+    const Tensor want = m.logits(tokens.data());
+    Generator g(c, m.params());
+    const float* w = want.data<float>();
+    double worst = 0, scale = 0;
+    for (std::int64_t t = 0; t < T; ++t) {
+      const std::vector<float>& got = g.feed(tokens[t]);
+      for (std::int64_t v = 0; v < c.vocab_size; ++v) {
+        worst = std::max(worst, std::fabs(static_cast<double>(got[v]) - w[t * c.vocab_size + v]));
+        scale = std::max(scale, std::fabs(static_cast<double>(w[t * c.vocab_size + v])));
+      }
+    }
+    // Different summation orders in f32 (GEMV vs GEMM, a scalar softmax vs flex attention's online one):
+    // measured 2.0e-7 (causal) to 2.3e-7 (sliding window, document) of the largest
+    // logit; a 1% error in a logit is 4 orders above the bound.
+    EXPECT_LE(worst, 2e-6 * scale) << attention_mask_name(mask);
+    EXPECT_GT(scale, 0.0);
+  }
+}
+
+TEST(Generator, SamplingRules) {
+  const std::vector<float> logits = {0.5f, 3.0f, 2.9f, -1.0f, 3.0f};
+  EXPECT_EQ(Generator::sample(logits, 0.0, 0, 0.7), 1);   // greedy: the first of the tied maxima
+  EXPECT_EQ(Generator::sample(logits, 1.0, 1, 0.99), 1);  // top-1 is greedy
+  // top-2 at temperature 1: ids 1 and 4 (tied, by id), each with probability 1/2.
+  EXPECT_EQ(Generator::sample(logits, 1.0, 2, 0.49), 1);
+  EXPECT_EQ(Generator::sample(logits, 1.0, 2, 0.51), 4);
+  // Whole vocabulary: u just below 1 picks the least likely kept token.
+  EXPECT_EQ(Generator::sample(logits, 1.0, 0, 0.999999), 3);
+  EXPECT_NE(error_of([&] { Generator::sample(logits, -1.0, 0, 0.5); }).find("temperature must be >= 0"),
+            std::string::npos);
+}
+
+TEST(Generator, StopsAtEosAndAtTheEndOfTheCache) {
+  ModelConfig c = small_config();
+  Llama m(c, {.batch = 1, .seq_len = 8});
+  m.init_weights(1);
+  Generator g(c, m.params(), 6);
+  SampleOptions o;
+  o.max_tokens = 100;
+  o.temperature = 1.0;
+  o.top_k = 0;
+  o.stop_at_eos = false;
+  // 6 positions: 2 prompt tokens and 4 sampled ones fill the cache; the logits after the last give a 5th.
+  EXPECT_EQ(g.generate({1, 2}, o).size(), 5u);
+  EXPECT_NE(error_of([&] { g.generate({}, o); }).find("the prompt is empty"), std::string::npos);
+  EXPECT_NE(error_of([&] { g.generate({1, 99}, o); }).find("token 99 is outside [0, vocab_size = 61)"),
+            std::string::npos);
+}
+
+TEST(Llama, RejectsBadTokensAndShapes) {
+  ModelConfig c = small_config();
+  EXPECT_NE(error_of([&] { Llama m(c, {.batch = 1, .seq_len = 41}); }).find("seq_len must be in [1, max_position_embeddings = 40]"),
+            std::string::npos);
+  Llama m(c, {.batch = 1, .seq_len = 4});
+  m.init_weights(1);
+  std::vector<std::int32_t> x = {1, 2, 61, 3}, y = {1, 2, 3, 4};
+  EXPECT_NE(error_of([&] { m.forward_backward(x.data(), y.data(), 1.0f); }).find("input token 61 at position 2"),
+            std::string::npos);
+  x[2] = 5;
+  y[3] = -1;
+  EXPECT_NE(error_of([&] { m.forward_backward(x.data(), y.data(), 1.0f); }).find("target token -1 at position 3"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace lmcore::model
