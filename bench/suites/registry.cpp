@@ -9,6 +9,7 @@ std::vector<BenchTable> run_upgrade_suite(const BenchOptions& options);
 std::vector<BenchTable> run_lce_suite(const BenchOptions& options);
 std::vector<BenchTable> run_io_suite(const BenchOptions& options);
 std::vector<BenchTable> run_attention_suite(const BenchOptions& options);
+std::vector<BenchTable> run_train_suite(const BenchOptions& options);
 
 const std::vector<BenchSuite>& all_suites() {
   static const std::vector<BenchSuite> suites = {
@@ -18,6 +19,8 @@ const std::vector<BenchSuite>& all_suites() {
       {"lce", "fused linear cross-entropy vs unfused: extra peak memory, peak RSS, fwd+bwd time", run_lce_suite},
       {"io", "checkpoint load: safetensors and .pt vs cat and torch.load (1 GiB; --quick 64 MiB)", run_io_suite},
       {"attention", "flex attention vs dense sdpa: sliding window, causal, document; forward and backward", run_attention_suite},
+      {"train", "Llama training step vs torch 1.13 eager: tokens/s, MFU, peak RSS, f32 and bf16 (--quick: default model)",
+       run_train_suite},
   };
   return suites;
 }

@@ -1,0 +1,241 @@
+// lmcore bench train — training throughput of lmcore's Llama against torch 1.13 eager training of the
+// same model (tests/python/llama_reference.py through bench/torch_train.py), same batch, same threads,
+// f32 and bf16 (torch.autocast for torch). Each side runs in its own process, so peak RSS is that
+// training's alone. MFU = model flops (6 x matmul parameters + the attention products per token) over
+// the f32 sgemm / bf16 GEMM rate measured in this same run.
+//
+// Models: the built-in default (6 layers, dim 384, byte vocabulary, B 8 x T 256) and a GPT-2-small-sized
+// one (12 layers, dim 768, 12 heads, ffn 2048, vocab 32000, B 1 x T 1024). --quick: the default model
+// only, fewer steps. --models=default,gpt2 and --dtypes=f32,bf16 pick a subset; --steps=N.
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "bench/suites/bench_suite.h"
+#include "lmcore/core/allocator.h"
+#include "lmcore/core/matmul.h"
+#include "lmcore/core/parallel.h"
+#include "lmcore/core/runtime_info.h"
+#include "lmcore/model/llama.h"
+#include "lmcore/train/adamw.h"
+
+namespace lmcore::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct TrainCase {
+  std::string name;
+  model::ModelConfig config;
+  std::int64_t batch, seq;
+};
+
+std::vector<TrainCase> cases() {
+  model::ModelConfig d;
+  d.vocab_size = 257;
+  d.dim = 384;
+  d.n_layers = 6;
+  d.n_heads = 6;
+  d.n_kv_heads = 2;
+  d.ffn_dim = 1024;
+  d.max_seq_len = 256;
+  d.tie_embeddings = true;
+  model::ModelConfig g;
+  g.vocab_size = 32000;
+  g.dim = 768;
+  g.n_layers = 12;
+  g.n_heads = 12;
+  g.n_kv_heads = 12;
+  g.ffn_dim = 2048;
+  g.max_seq_len = 1024;
+  g.tie_embeddings = true;
+  return {{"default", d, 8, 256}, {"gpt2", g, 1, 1024}};
+}
+
+struct Measured {
+  double tokens_per_s = -1, step_s = -1, peak_rss = -1, loss0 = 0;
+  std::string error;
+};
+
+// Runs `steps` timed optimizer steps (after one warm-up) in a forked child; the child reports through a
+// pipe, so its peak RSS is this training's.
+Measured run_lmcore(const TrainCase& c, DType dtype, int steps) {
+  int fds[2];
+  if (::pipe(fds) != 0) return {.error = "pipe failed"};
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    std::string out;
+    try {
+      model::Llama m(c.config, {.batch = c.batch, .seq_len = c.seq, .compute = dtype});
+      m.init_weights(1);
+      train::AdamW opt(m.layout(), {});
+      std::vector<std::int32_t> x(static_cast<std::size_t>(c.batch * c.seq)), y(x.size());
+      std::uint64_t s = 1;
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = static_cast<std::int32_t>((s >> 33) % c.config.vocab_size);
+        y[i] = static_cast<std::int32_t>((s >> 13) % c.config.vocab_size);
+      }
+      std::vector<double> times;
+      double loss0 = 0;
+      for (int i = 0; i < 1 + steps; ++i) {
+        const auto t = Clock::now();
+        m.zero_grad();
+        const double loss = m.forward_backward(x.data(), y.data(), 1.0f).loss;
+        float* g = m.grads().data<float>();
+        const double norm = std::sqrt(train::grad_norm_squared(g, m.layout().size()));
+        train::clip_grad_norm(g, m.layout().size(), norm, 1.0);
+        opt.step(m.params().data<float>(), g, 1e-4);
+        m.params_updated();
+        if (i == 0) loss0 = loss;
+        if (i >= 1) times.push_back(std::chrono::duration<double>(Clock::now() - t).count());
+      }
+      std::sort(times.begin(), times.end());
+      const double med = times[times.size() / 2];
+      struct rusage ru {};
+      ::getrusage(RUSAGE_SELF, &ru);
+      out = fmt::format("{} {} {} {}", static_cast<double>(c.batch * c.seq) / med, med, ru.ru_maxrss * 1024.0, loss0);
+    } catch (const std::exception& e) {
+      out = std::string("error ") + e.what();
+    }
+    (void)!::write(fds[1], out.data(), out.size());
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string text;
+  char buf[512];
+  ssize_t n;
+  while ((n = ::read(fds[0], buf, sizeof buf)) > 0) text.append(buf, static_cast<std::size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  Measured r;
+  if (text.rfind("error", 0) == 0 || text.empty()) {
+    r.error = text.empty() ? fmt::format("worker died (status {})", status) : text;
+    return r;
+  }
+  std::sscanf(text.c_str(), "%lf %lf %lf %lf", &r.tokens_per_s, &r.step_s, &r.peak_rss, &r.loss0);
+  return r;
+}
+
+Measured run_torch(const TrainCase& c, DType dtype, int steps, const std::string& config_path) {
+  const std::string script = std::string(LMCORE_SOURCE_DIR) + "/bench/torch_train.py";
+  const std::string cmd = fmt::format("/usr/bin/python3 {} --config {} --batch {} --seq {} --dtype {} --steps {} "
+                                      "--threads {} 2>&1",
+                                      script, config_path, c.batch, c.seq, dtype_name(dtype), steps, num_threads());
+  FILE* f = ::popen(cmd.c_str(), "r");
+  Measured r;
+  if (!f) return {.error = "popen failed"};
+  std::string out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, f)) out += buf;
+  const int rc = ::pclose(f);
+  const auto brace = out.rfind('{');
+  if (rc != 0 || brace == std::string::npos) {
+    r.error = "torch: " + out.substr(0, 300);
+    return r;
+  }
+  const auto j = nlohmann::json::parse(out.substr(brace), nullptr, false);
+  if (j.is_discarded()) {
+    r.error = "torch printed: " + out.substr(0, 300);
+    return r;
+  }
+  r.tokens_per_s = j["tokens_per_s"];
+  r.step_s = j["step_s"];
+  r.peak_rss = j["peak_rss_bytes"];
+  r.loss0 = j["losses"][0];
+  return r;
+}
+
+double gemm_gflops(DType dtype) {
+  const std::int64_t n = 2048;
+  Tensor a = Tensor::full({n, n}, 0.5, dtype), b = Tensor::full({n, n}, 0.25, dtype);
+  const double s = time_median([&] { (void)matmul(a, b); }, 3, 5.0);
+  return 2.0 * n * n * n / s / 1e9;
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char ch : s + ",") {
+    if (ch == ',') {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += ch;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<BenchTable> run_train_suite(const BenchOptions& options) {
+  std::vector<std::string> models = options.quick ? std::vector<std::string>{"default"}
+                                                  : std::vector<std::string>{"default", "gpt2"};
+  std::vector<std::string> dtypes = {"f32", "bf16"};
+  int steps = options.quick ? 2 : 3;
+  for (const std::string& a : options.args) {
+    if (a.rfind("--models=", 0) == 0) models = split(a.substr(9));
+    else if (a.rfind("--dtypes=", 0) == 0) dtypes = split(a.substr(9));
+    else if (a.rfind("--steps=", 0) == 0) steps = std::max(1, std::stoi(a.substr(8)));
+    else fail("bench train: unknown argument '{}' (expected --models=default,gpt2 --dtypes=f32,bf16 --steps=N)", a);
+  }
+  const std::string tmp = (std::filesystem::temp_directory_path() / fmt::format("lmcore_bench_train_{}", ::getpid())).string();
+  std::filesystem::create_directories(tmp);
+  BenchTable t;
+  t.title = "lmcore train vs torch 1.13 eager (same model, batch, threads; one optimizer step = fwd + bwd + AdamW)";
+  t.columns = {"model", "params", "dtype", "B x T", "lmcore tok/s", "torch tok/s", "x torch", "lmcore MFU",
+               "torch MFU", "lmcore RSS MiB", "torch RSS MiB", "RSS / torch"};
+  std::map<std::string, double> peak;
+  for (const std::string& d : dtypes) peak[d] = gemm_gflops(dtype_from_name(d));
+  for (const TrainCase& c : cases()) {
+    if (std::find(models.begin(), models.end(), c.name) == models.end()) continue;
+    const std::string cfg_path = tmp + "/" + c.name + ".json";
+    std::ofstream(cfg_path) << c.config.to_json();
+    const model::Llama probe(c.config, {.batch = c.batch, .seq_len = c.seq});
+    const double flops = probe.flops_per_step();
+    for (const std::string& d : dtypes) {
+      const DType dt = dtype_from_name(d);
+      const Measured ours = run_lmcore(c, dt, steps);
+      const Measured theirs = run_torch(c, dt, steps, cfg_path);
+      if (!ours.error.empty()) t.notes.push_back(c.name + " " + d + " lmcore: " + ours.error);
+      if (!theirs.error.empty()) t.notes.push_back(c.name + " " + d + " torch: " + theirs.error);
+      auto num = [](double v, int prec) { return v < 0 ? nlohmann::json("-") : nlohmann::json(std::round(v * std::pow(10, prec)) / std::pow(10, prec)); };
+      const double mfu_ours = ours.step_s > 0 ? flops / ours.step_s / (peak[d] * 1e9) : -1;
+      const double mfu_theirs = theirs.step_s > 0 ? flops / theirs.step_s / (peak[d] * 1e9) : -1;
+      t.rows.push_back({c.name, fmt::format("{:.1f}M", static_cast<double>(c.config.num_parameters()) / 1e6), d,
+                        fmt::format("{} x {}", c.batch, c.seq), num(ours.tokens_per_s, 0), num(theirs.tokens_per_s, 0),
+                        ours.tokens_per_s > 0 && theirs.tokens_per_s > 0 ? num(ours.tokens_per_s / theirs.tokens_per_s, 2) : "-",
+                        num(mfu_ours * 100, 1), num(mfu_theirs * 100, 1), num(ours.peak_rss / (1 << 20), 0),
+                        num(theirs.peak_rss / (1 << 20), 0),
+                        ours.peak_rss > 0 && theirs.peak_rss > 0 ? num(ours.peak_rss / theirs.peak_rss, 2) : "-"});
+      if (ours.loss0 > 0 && theirs.loss0 > 0)
+        t.notes.push_back(fmt::format("{} {}: first-step loss lmcore {:.4f}, torch {:.4f} (same init rule, different draws)",
+                                      c.name, d, ours.loss0, theirs.loss0));
+    }
+  }
+  for (const auto& [d, gf] : peak)
+    t.notes.push_back(fmt::format("{} GEMM rate this run (2048^3, lmcore matmul): {:.0f} GFLOPS; MFU is against it", d, gf));
+  t.notes.push_back(fmt::format("threads {} (lmcore and torch.set_num_threads); SIMD {}; median of {} timed steps after "
+                                "1 warm-up; load average at the end {}",
+                                num_threads(), simd_target_name(), steps, [] {
+                                  std::ifstream in("/proc/loadavg");
+                                  std::string s;
+                                  std::getline(in, s);
+                                  return s.substr(0, s.find(' ', s.find(' ', s.find(' ') + 1) + 1));
+                                }()));
+  std::filesystem::remove_all(tmp);
+  return {t};
+}
+
+}  // namespace lmcore::bench
