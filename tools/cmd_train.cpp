@@ -20,7 +20,11 @@ int run_train(int argc, char** argv) {
   app.add_option("--val-data", o.val_data, "glob of validation shards; default: --data with 'train' -> 'val'");
   app.add_option("--tokenizer", o.tokenizer, "tokenizer.json to store with checkpoints; default: next to the data");
   app.add_option("--out", o.out, "run folder (checkpoints, metrics.jsonl, report.html)")->capture_default_str();
-  app.add_option("--max-steps", o.max_steps, "optimizer steps (0: 600 for the built-in default, else 1000)")
+  app.add_option("--max-steps", o.max_steps, "optimizer steps (0: from --time-budget, else 1000)")
+      ->capture_default_str();
+  app.add_option("--time-budget", o.time_budget,
+                 "seconds to train when --max-steps is 0: the steps are calibrated on this machine (0: off; the "
+                 "built-in default uses 120)")
       ->capture_default_str();
   app.add_option("--batch-size", o.batch_size, "sequences per micro-batch")->capture_default_str();
   app.add_option("--seq-len", o.seq_len, "tokens per sequence")->capture_default_str();

@@ -130,9 +130,10 @@ TrainResult run_training(const TrainOptions& opts) {
     o.data = builtin.train_glob;
     if (o.val_data.empty()) o.val_data = builtin.val_glob;
     if (o.tokenizer.empty()) o.tokenizer = builtin.tokenizer_file;
-    if (o.max_steps == 0) o.max_steps = 600;
+    if (o.max_steps == 0 && o.time_budget == 0) o.time_budget = 120;
   }
-  if (o.max_steps == 0) o.max_steps = 1000;
+  LMCORE_CHECK(o.time_budget >= 0, "--time-budget must be >= 0 seconds, found {}", o.time_budget);
+  if (o.max_steps == 0 && o.time_budget == 0) o.max_steps = 1000;
   ModelConfig cfg;
   if (!resume_dir.empty()) {
     cfg = ModelConfig::from_file((fs::path(resume_dir) / "config.json").string());
@@ -161,12 +162,36 @@ TrainResult run_training(const TrainOptions& opts) {
       if (!opts.val_data.empty()) throw;  // named explicitly: its errors matter
     }
   }
-  if (o.eval_every == 0) o.eval_every = std::max<std::int64_t>(1, o.max_steps / 10);
-  if (o.warmup < 0) o.warmup = std::min<std::int64_t>(200, std::max<std::int64_t>(1, o.max_steps / 20));
-
   // ---- model, optimizer, loaders ----
   Llama m(cfg, {.batch = o.batch_size, .seq_len = o.seq_len, .compute = o.dtype, .recompute = o.recompute});
   m.init_weights(o.seed);
+  if (o.max_steps == 0) {
+    // Calibrate: time a forward/backward (the second of two; nothing is updated) and fit the steps and
+    // the ten validation passes (eval_batches forward-only passes, about a third of a step each) into
+    // the budget.
+    BatchLoader probe(train_data, o.batch_size, o.seq_len, o.seed, /*shuffle=*/false);
+    std::vector<std::int32_t> px(static_cast<std::size_t>(o.batch_size * o.seq_len)), py(px.size());
+    probe.next(px.data(), py.data());
+    double step_s = 0;
+    for (int i = 0; i < 2; ++i) {
+      const auto t = Clock::now();
+      m.forward_backward(px.data(), py.data(), 1.0f);
+      step_s = seconds_since(t);
+    }
+    m.zero_grad();
+    step_s = step_s * static_cast<double>(o.grad_accum) * 1.05;  // + optimizer and logging
+    // Ten validation passes get at most a tenth of the budget (a forward-only batch costs about a third of
+    // a training step).
+    if (val_data)
+      o.eval_batches = std::clamp<std::int64_t>(static_cast<std::int64_t>(0.1 * o.time_budget / (10.0 * step_s / 3.0)),
+                                                1, o.eval_batches);
+    o.max_steps = std::clamp<std::int64_t>(static_cast<std::int64_t>(0.9 * o.time_budget / step_s), 10, 1000000);
+    if (!o.quiet)
+      fmt::print(stderr, "  calibrated: {:.2f} s per step -> {} steps and {} validation batches for a {:.0f} s budget\n",
+                 step_s, o.max_steps, o.eval_batches, o.time_budget);
+  }
+  if (o.eval_every == 0) o.eval_every = std::max<std::int64_t>(1, o.max_steps / 10);
+  if (o.warmup < 0) o.warmup = std::min<std::int64_t>(200, std::max<std::int64_t>(1, o.max_steps / 20));
   AdamW opt(m.layout(), {.beta1 = o.beta1, .beta2 = o.beta2, .eps = o.adam_eps, .weight_decay = o.weight_decay});
   BatchLoader loader(train_data, o.batch_size, o.seq_len, o.seed, /*shuffle=*/true);
   std::int64_t step = 0;

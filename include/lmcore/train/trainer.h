@@ -26,7 +26,10 @@ struct TrainOptions {
   std::string val_data;     // glob of validation shards; empty: data with "train" replaced by "val", if any
   std::string tokenizer;    // tokenizer.json copied into checkpoints (for generate); empty: next to the data
   std::string out = "runs/default";
-  std::int64_t max_steps = 0;  // 0: the built-in default's
+  std::int64_t max_steps = 0;  // 0: from time_budget (the built-in default: 120 s), else 1000
+  // Seconds the run should take when max_steps is 0: the step count is calibrated by timing one
+  // forward/backward before training (the built-in default uses 120).
+  double time_budget = 0;
   std::int64_t batch_size = 8;
   std::int64_t seq_len = 256;
   std::int64_t grad_accum = 1;
