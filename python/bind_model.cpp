@@ -31,6 +31,15 @@ Tensor tokens_of(const py::object& obj, const model::Llama& m, const char* name)
   return t.contiguous();
 }
 
+// An f32 contiguous copy (or the tensor itself) of a float tensor of the given rank.
+Tensor f32_input(const py::object& obj, const char* name, std::int64_t rank) {
+  const Tensor t = to_tensor(obj, name);
+  LMCORE_CHECK(is_floating(t.dtype()) && !is_storage_only(t.dtype()), "{}: expected a float tensor, found {}", name,
+               t.dtype());
+  LMCORE_CHECK(t.dim() == rank, "{}: expected {} dims, found shape {}", name, rank, shape_str(t.shape()));
+  return t.to(DType::f32).contiguous();
+}
+
 struct PyAdamW {
   model::Llama* model;
   train::AdamW opt;
@@ -106,6 +115,65 @@ void bind_model(py::module_& m) {
            },
            py::arg("lr"))
       .def_property_readonly("steps", [](const PyAdamW& self) { return self.opt.steps(); });
+
+  // ---- the layers one by one (lmcore/model/layers.h), for tests against torch autograd ----
+  py::module_ layers = m.def_submodule("layers", "The model's forward/backward layer pairs on f32 (inputs widened).");
+  layers.def("rmsnorm_forward",
+             [](const py::object& x, const py::object& w, float eps) {
+               const Tensor tx = f32_input(x, "x", 2), tw = f32_input(w, "weight", 1);
+               const std::int64_t N = tx.size(0), C = tx.size(1);
+               LMCORE_CHECK(tw.size(0) == C, "rmsnorm: weight has {} elements, expected {}", tw.size(0), C);
+               Tensor out = Tensor::empty({N, C}, DType::f32), rstd = Tensor::empty({N}, DType::f32);
+               model::rmsnorm_forward(out.data<float>(), rstd.data<float>(), tx.data<float>(), tw.data<float>(), N, C, eps);
+               return std::make_pair(out, rstd);
+             },
+             py::arg("x"), py::arg("weight"), py::arg("eps") = 1e-5f, "(N, C) -> (out (N, C), rstd (N))");
+  layers.def("rmsnorm_backward",
+             [](const py::object& dout, const py::object& x, const py::object& w, const py::object& rstd) {
+               const Tensor td = f32_input(dout, "dout", 2), tx = f32_input(x, "x", 2), tw = f32_input(w, "weight", 1);
+               const Tensor tr = f32_input(rstd, "rstd", 1);
+               const std::int64_t N = tx.size(0), C = tx.size(1);
+               Tensor dx = Tensor::zeros({N, C}, DType::f32), dw = Tensor::zeros({C}, DType::f32);
+               model::rmsnorm_backward(dx.data<float>(), dw.data<float>(), td.data<float>(), tx.data<float>(),
+                                       tw.data<float>(), tr.data<float>(), N, C);
+               return std::make_pair(dx, dw);
+             },
+             py::arg("dout"), py::arg("x"), py::arg("weight"), py::arg("rstd"), "-> (dx, dweight)");
+  auto rope = [](const py::object& x, std::int64_t heads, double theta, bool backward) {
+    const Tensor tx = f32_input(x, "x", 4);  // (B, T, heads, hd)
+    const std::int64_t B = tx.size(0), T = tx.size(1), H = tx.size(2), hd = tx.size(3);
+    LMCORE_CHECK(heads >= 0 && heads <= H, "rope: heads must be in [0, {}], found {}", H, heads);
+    Tensor out = tx.clone();
+    const model::RopeTable table = model::RopeTable::make(T, hd, theta);
+    (backward ? model::rope_backward : model::rope_forward)(out.data<float>(), B * T, T, H * hd, heads, table);
+    return out;
+  };
+  layers.def("rope_forward", [=](const py::object& x, std::int64_t heads, double theta) { return rope(x, heads, theta, false); },
+             py::arg("x"), py::arg("heads"), py::arg("theta") = 10000.0,
+             "x (B, T, H, hd): the first `heads` heads rotated (Hugging Face's rotate_half layout)");
+  layers.def("rope_backward", [=](const py::object& x, std::int64_t heads, double theta) { return rope(x, heads, theta, true); },
+             py::arg("dx"), py::arg("heads"), py::arg("theta") = 10000.0);
+  layers.def("swiglu_forward",
+             [](const py::object& gu) {
+               const Tensor t = f32_input(gu, "gu", 2);
+               const std::int64_t N = t.size(0), F = t.size(1) / 2;
+               LMCORE_CHECK(t.size(1) % 2 == 0, "swiglu: gu needs an even number of columns (gate | up), found {}", t.size(1));
+               Tensor out = Tensor::empty({N, F}, DType::f32);
+               model::swiglu_forward(out.data<float>(), t.data<float>(), N, F);
+               return out;
+             },
+             py::arg("gu"), "(N, 2F) gate | up -> (N, F)");
+  layers.def("swiglu_backward",
+             [](const py::object& dout, const py::object& gu) {
+               const Tensor d = f32_input(dout, "dout", 2), t = f32_input(gu, "gu", 2);
+               const std::int64_t N = t.size(0), F = t.size(1) / 2;
+               LMCORE_CHECK(d.size(0) == N && d.size(1) == F, "swiglu_backward: dout must be ({}, {}), found {}", N, F,
+                            shape_str(d.shape()));
+               Tensor dgu = Tensor::empty({N, 2 * F}, DType::f32);
+               model::swiglu_backward(dgu.data<float>(), d.data<float>(), t.data<float>(), N, F);
+               return dgu;
+             },
+             py::arg("dout"), py::arg("gu"));
 
   m.def("clip_grad_norm",
         [](model::Llama& model, double max_norm) {
