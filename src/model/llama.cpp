@@ -53,10 +53,12 @@ Llama::Llama(const ModelConfig& config, const ModelOptions& options)
   else if (config_.mask == AttentionMask::sliding_window)
     m.mask = attention::create_block_mask(MaskMod::sliding_window(config_.sliding_window), 1, 1, m.T, m.T);
 
-  params_ = Tensor::zeros({layout_.size()}, DType::f32);
-  grads_ = Tensor::zeros({layout_.size()}, DType::f32);
-  compute_params_ = m.f32() ? params_ : Tensor::zeros({layout_.size()}, m.ct);
-  m.local = std::make_unique<LocalAccess>(layout_, compute_params_, grads_);
+  if (options_.own_parameters) {
+    params_ = Tensor::zeros({layout_.size()}, DType::f32);
+    grads_ = Tensor::zeros({layout_.size()}, DType::f32);
+    compute_params_ = m.f32() ? params_ : Tensor::zeros({layout_.size()}, m.ct);
+    m.local = std::make_unique<LocalAccess>(layout_, compute_params_, grads_);
+  }
   m.access = m.local.get();
 
   // ---- plan the arena: every buffer 64-byte aligned ----
@@ -123,36 +125,53 @@ Llama::~Llama() = default;
 Tensor Llama::param(std::string_view name) const { return layout_.view(params_, layout_.at(name)); }
 Tensor Llama::grad(std::string_view name) const { return layout_.view(grads_, layout_.at(name)); }
 
-void Llama::init_weights(std::uint64_t seed) {
+void init_parameters(const ParameterLayout& layout, const ModelConfig& config, std::uint64_t seed, std::int64_t begin,
+                     std::int64_t end, float* out) {
+  LMCORE_CHECK(0 <= begin && begin <= end && end <= layout.size(), "init_parameters: [{}, {}) is outside the {} parameters",
+               begin, end, layout.size());
+  std::fill(out, out + (end - begin), 0.0f);
   const double std_dev = 0.02;
-  const double out_scale = 1.0 / std::sqrt(2.0 * static_cast<double>(config_.n_layers));
-  float* p = params_.data<float>();
-  for (std::size_t i = 0; i < layout_.params().size(); ++i) {
-    const ParamSpec& s = layout_.params()[i];
-    float* w = p + s.offset;
+  const double out_scale = 1.0 / std::sqrt(2.0 * static_cast<double>(config.n_layers));
+  for (std::size_t i = 0; i < layout.params().size(); ++i) {
+    const ParamSpec& s = layout.params()[i];
+    const std::int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.numel);
+    if (lo >= hi) continue;
+    float* w = out + (lo - begin);
     if (s.shape.size() == 1) {  // norms
-      for (std::int64_t j = 0; j < s.numel; ++j) w[j] = 1.0f;
+      std::fill(w, w + (hi - lo), 1.0f);
       continue;
     }
     const bool out_proj = s.name.ends_with("o_proj.weight") || s.name.ends_with("down_proj.weight");
     const double sd = std_dev * (out_proj ? out_scale : 1.0);
-    // One generator per tensor, seeded from (seed, tensor index): the values do not depend on the order
-    // in which tensors are initialised, or on the thread count.
     std::mt19937_64 gen(seed * 0x9E3779B97F4A7C15ull + i * 0xBF58476D1CE4E5B9ull + 1);
     std::normal_distribution<double> normal(0.0, sd);
-    for (std::int64_t j = 0; j < s.numel; ++j) w[j] = static_cast<float>(normal(gen));
+    for (std::int64_t j = s.offset; j < lo; ++j) (void)normal(gen);  // the part of the stream before the slice
+    for (std::int64_t j = lo; j < hi; ++j) *w++ = static_cast<float>(normal(gen));
   }
+}
+
+void Llama::init_weights(std::uint64_t seed) {
+  LMCORE_CHECK(options_.own_parameters, "Llama::init_weights: the model does not own its parameters (sharded)");
+  init_parameters(layout_, config_, seed, 0, layout_.size(), params_.data<float>());
   params_updated();
 }
 
-void Llama::zero_grad() { grads_.zero_(); }
+void Llama::zero_grad() {
+  if (options_.own_parameters) grads_.zero_();
+}
 
 void Llama::params_updated() {
-  if (impl_->f32()) return;
+  if (impl_->f32() || !options_.own_parameters) return;
   compute_params_.copy_(params_);
 }
 
 void Llama::set_unit_access(UnitAccess* access) { impl_->access = access ? access : impl_->local.get(); }
+
+UnitAccess& Llama::access() {
+  LMCORE_CHECK(impl_->access != nullptr,
+               "Llama: the model does not own its parameters and no UnitAccess is installed (set_unit_access)");
+  return *impl_->access;
+}
 
 std::size_t Llama::activation_bytes() const { return impl_->arena_bytes; }
 
@@ -201,7 +220,7 @@ void Llama::prepare_batch(const std::int32_t* tokens, const std::int32_t* target
 // Embedding, every block, final norm: leaves the head's input in hf. The root unit stays acquired.
 const std::byte* Llama::forward_trunk(const std::int32_t* tokens) {
   Impl& m = *impl_;
-  const std::byte* root = static_cast<const std::byte*>(m.access->weights(0));
+  const std::byte* root = static_cast<const std::byte*>(access().weights(0));
   float* x0 = m.blocks.empty() ? m.x_final : m.blocks[0].x_in;
   if (m.f32()) {
     embedding_forward(x0, tokens, reinterpret_cast<const float*>(root) + layout_.root().embed, m.N, m.C, m.V);
@@ -213,10 +232,10 @@ const std::byte* Llama::forward_trunk(const std::int32_t* tokens) {
   }
   for (std::int64_t l = 0; l < m.L; ++l) {
     const int unit = static_cast<int>(l) + 1;
-    const std::byte* w = static_cast<const std::byte*>(m.access->weights(unit));
+    const std::byte* w = static_cast<const std::byte*>(access().weights(unit));
     float* x_out = l + 1 < m.L ? m.blocks[l + 1].x_in : m.x_final;
     m.block_forward(m.blocks[l], w, x_out, config_, layout_.block());
-    m.access->release(unit);
+    access().release(unit);
   }
   float* hf32 = m.f32() ? static_cast<float*>(m.hf) : m.sA;
   rmsnorm_forward(hf32, m.rstd_f, m.x_final, m.norm_weight(root + layout_.root().norm * m.cs), m.N, m.C,
@@ -228,8 +247,9 @@ const std::byte* Llama::forward_trunk(const std::int32_t* tokens) {
 StepLoss Llama::forward_backward(const std::int32_t* tokens, const std::int32_t* targets, float grad_scale) {
   Impl& m = *impl_;
   prepare_batch(tokens, targets);
+  access().begin_forward(/*with_backward=*/true);
   const std::byte* root = forward_trunk(tokens);
-  float* groot = m.access->grads(0);
+  float* groot = access().grads(0);
   // ---- head: fused linear cross-entropy, forward and backward in one pass ----
   const Tensor hidden = m.ct_tensor(m.hf, {m.N, m.C});
   const Tensor head = m.ct_tensor(const_cast<std::byte*>(root) + layout_.root().head * m.cs, {m.V, m.C});
@@ -244,40 +264,46 @@ StepLoss Llama::forward_backward(const std::int32_t* tokens, const std::int32_t*
   rmsnorm_backward(m.dx, groot + layout_.root().norm, dhf, m.x_final, m.norm_weight(root + layout_.root().norm * m.cs),
                    m.rstd_f, m.N, m.C);
   // ---- blocks, last to first ----
+  access().begin_backward();
   for (std::int64_t l = m.L - 1; l >= 0; --l) {
     const int unit = static_cast<int>(l) + 1;
-    const std::byte* w = static_cast<const std::byte*>(m.access->weights(unit));
+    const std::byte* w = static_cast<const std::byte*>(access().weights(unit));
     if (options_.recompute) m.block_forward(m.blocks[l], w, nullptr, config_, layout_.block());
-    m.block_backward(m.blocks[l], w, m.access->grads(unit), layout_.block());
-    m.access->release(unit);
-    m.access->grads_ready(unit);
+    m.block_backward(m.blocks[l], w, access().grads(unit), layout_.block());
+    access().release(unit);
+    access().grads_ready(unit);
   }
   // ---- embedding ----
   embedding_backward(groot + layout_.root().embed, m.dx, tokens, m.N, m.C, m.V);
-  m.access->release(0);
-  m.access->grads_ready(0);
+  access().release(0);
+  access().grads_ready(0);
+  access().end_step();
   return loss;
 }
 
 StepLoss Llama::forward_loss(const std::int32_t* tokens, const std::int32_t* targets) {
   Impl& m = *impl_;
   prepare_batch(tokens, targets);
+  access().begin_forward(/*with_backward=*/false);
   const std::byte* root = forward_trunk(tokens);
   const Tensor hidden = m.ct_tensor(m.hf, {m.N, m.C});
   const Tensor head = m.ct_tensor(const_cast<std::byte*>(root) + layout_.root().head * m.cs, {m.V, m.C});
   const LossResult r = linear_cross_entropy(hidden, head, m.targets64, head_loss_options(config_));
-  m.access->release(0);
+  access().release(0);
+  access().end_step();
   return {r.loss.item_as_double(), r.z_loss.item_as_double()};
 }
 
 Tensor Llama::logits(const std::int32_t* tokens) {
   Impl& m = *impl_;
   prepare_batch(tokens, nullptr);
+  access().begin_forward(/*with_backward=*/false);
   const std::byte* root = forward_trunk(tokens);
   Tensor out = Tensor::empty({m.N, m.V}, DType::f32);
   detail::gemm(m.ct, false, true, m.N, m.V, m.C, 1.0f, m.hf, m.C, root + layout_.root().head * m.cs, m.C, 0.0f,
                out.data<float>(), m.V);
-  m.access->release(0);
+  access().release(0);
+  access().end_step();
   if (config_.logit_softcap > 0) {
     const float c = static_cast<float>(config_.logit_softcap);
     float* p = out.data<float>();

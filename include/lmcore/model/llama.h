@@ -38,6 +38,9 @@ struct ModelOptions {
   std::int64_t seq_len = 0;       // T; 0 means config.max_seq_len
   DType compute = DType::f32;     // f32 or bf16
   bool recompute = false;
+  // false: the model allocates no parameter, gradient or compute-weight buffers; a UnitAccess must be
+  // installed before use (sharded training keeps only a shard of each on every rank).
+  bool own_parameters = true;
 };
 
 // How the model reaches each sharding unit's weights and gradients. The default serves the model's own
@@ -55,7 +58,19 @@ class UnitAccess {
   virtual void release(int unit) { (void)unit; }
   // The unit's gradients are complete for this micro-batch.
   virtual void grads_ready(int unit) { (void)unit; }
+  // Phases of a micro-batch, so that an access can prefetch in the order the units will be needed:
+  // forward uses 0, 1, ..., L (and 0 stays in use through the head); backward uses L, ..., 1, then 0.
+  virtual void begin_forward(bool with_backward) { (void)with_backward; }
+  virtual void begin_backward() {}
+  virtual void end_step() {}
 };
+
+// Llama's initialisation of the flat elements [begin, end) of a layout (out holds end - begin floats):
+// normal(0, 0.02) for matrices and the embedding, o_proj and down_proj scaled by 1 / sqrt(2 n_layers),
+// norms at 1, alignment padding 0. Each tensor draws from its own stream seeded by (seed, index), so
+// any slice equals the same slice of the whole, on any thread count.
+void init_parameters(const ParameterLayout& layout, const ModelConfig& config, std::uint64_t seed, std::int64_t begin,
+                     std::int64_t end, float* out);
 
 struct StepLoss {
   double loss = 0.0;    // mean cross-entropy plus z-loss over the micro-batch's tokens
@@ -84,14 +99,14 @@ class Llama {
   Tensor param(std::string_view name) const;
   Tensor grad(std::string_view name) const;
 
-  // Llama's initialisation: normal(0, 0.02) for matrices and the embedding, with o_proj and down_proj
-  // scaled by 1 / sqrt(2 n_layers); norms at 1. Deterministic for a seed (independent of threads).
+  // init_parameters over the whole buffer.
   void init_weights(std::uint64_t seed);
   void zero_grad();
   // Must be called after params() changed (optimizer step, load) when the compute dtype is not f32.
   void params_updated();
   // Sharded training installs its own access; nullptr restores the model's own buffers.
   void set_unit_access(UnitAccess* access);
+  UnitAccess& access();
 
   // tokens, targets: (B, T) row-major in [0, vocab). Forward and backward of one micro-batch: ADDS
   // grad_scale * d loss / d params into the gradients.
