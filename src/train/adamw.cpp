@@ -8,29 +8,57 @@
 
 namespace lmcore::train {
 
-AdamW::AdamW(const model::ParameterLayout& layout, const AdamWOptions& options, std::int64_t begin, std::int64_t end)
-    : options_(options), begin_(begin), end_(end < 0 ? layout.size() : end) {
-  LMCORE_CHECK(0 <= begin_ && begin_ <= end_ && end_ <= layout.size(),
-               "AdamW: slice [{}, {}) is outside the {} parameters", begin_, end_, layout.size());
-  LMCORE_CHECK(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1,
-               "AdamW: betas must be in [0, 1), found ({}, {})", options.beta1, options.beta2);
-  LMCORE_CHECK(options.eps > 0 && options.weight_decay >= 0, "AdamW: eps must be > 0 and weight_decay >= 0, found {} and {}",
-               options.eps, options.weight_decay);
-  // Segments of the slice with one decay setting each; alignment padding between tensors (whose
-  // gradients are zero) goes with the tensor before it.
+void AdamW::validate_options() const {
+  LMCORE_CHECK(options_.beta1 >= 0 && options_.beta1 < 1 && options_.beta2 >= 0 && options_.beta2 < 1,
+               "AdamW: betas must be in [0, 1), found ({}, {})", options_.beta1, options_.beta2);
+  LMCORE_CHECK(options_.eps > 0 && options_.weight_decay >= 0,
+               "AdamW: eps must be > 0 and weight_decay >= 0, found {} and {}", options_.eps, options_.weight_decay);
+}
+
+// Segments of one piece with one decay setting each; alignment padding between tensors (whose gradients
+// are zero) goes with the tensor before it, and a piece's own padding never decays.
+void AdamW::add_piece(const model::ParameterLayout& layout, const ShardPiece& piece, std::int64_t local) {
+  LMCORE_CHECK(piece.real >= 0 && piece.real <= piece.length && piece.global_begin >= 0 &&
+                   piece.global_begin + piece.real <= layout.size(),
+               "AdamW: piece [{}, +{}) of length {} is outside the {} parameters", piece.global_begin, piece.real,
+               piece.length, layout.size());
+  auto push = [&](std::int64_t b, std::int64_t e, bool decay) {
+    if (b >= e) return;
+    if (!segments_.empty() && segments_.back().decay == decay && segments_.back().end == b) segments_.back().end = e;
+    else segments_.push_back({b, e, decay});
+  };
   const auto& params = layout.params();
+  const std::int64_t g0 = piece.global_begin, g1 = piece.global_begin + piece.real;
   for (std::size_t i = 0; i < params.size(); ++i) {
     const std::int64_t lo = params[i].offset;
     const std::int64_t hi = i + 1 < params.size() ? params[i + 1].offset : layout.size();
-    const std::int64_t a = std::max(lo, begin_), b = std::min(hi, end_);
-    if (a >= b) continue;
-    if (!segments_.empty() && segments_.back().decay == params[i].weight_decay && segments_.back().end == a - begin_)
-      segments_.back().end = b - begin_;
-    else
-      segments_.push_back({a - begin_, b - begin_, params[i].weight_decay});
+    const std::int64_t a = std::max(lo, g0), b = std::min(hi, g1);
+    if (a < b) push(local + a - g0, local + b - g0, params[i].weight_decay);
   }
-  m_ = Tensor::zeros({size()}, DType::f32);
-  v_ = Tensor::zeros({size()}, DType::f32);
+  push(local + piece.real, local + piece.length, false);
+}
+
+AdamW::AdamW(const model::ParameterLayout& layout, const AdamWOptions& options, std::int64_t begin, std::int64_t end)
+    : options_(options), begin_(begin) {
+  validate_options();
+  if (end < 0) end = layout.size();
+  LMCORE_CHECK(0 <= begin && begin <= end && end <= layout.size(), "AdamW: slice [{}, {}) is outside the {} parameters",
+               begin, end, layout.size());
+  size_ = end - begin;
+  add_piece(layout, {begin, size_, size_}, 0);
+  m_ = Tensor::zeros({size_}, DType::f32);
+  v_ = Tensor::zeros({size_}, DType::f32);
+}
+
+AdamW::AdamW(const model::ParameterLayout& layout, const AdamWOptions& options, const std::vector<ShardPiece>& pieces)
+    : options_(options), begin_(-1) {
+  validate_options();
+  for (const ShardPiece& p : pieces) {
+    add_piece(layout, p, size_);
+    size_ += p.length;
+  }
+  m_ = Tensor::zeros({size_}, DType::f32);
+  v_ = Tensor::zeros({size_}, DType::f32);
 }
 
 void AdamW::step(float* params, const float* grads, double lr) {
@@ -58,35 +86,6 @@ void AdamW::step(float* params, const float* grads, double lr) {
       }
     });
   }
-}
-
-double grad_norm_squared(const float* grads, std::int64_t n) {
-  // Fixed chunks of 64K summed in f64, then the chunk sums in order: deterministic for any thread count.
-  constexpr std::int64_t kChunk = 1 << 16;
-  const std::int64_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<double> sums(static_cast<std::size_t>(chunks), 0.0);
-  parallel_for(0, chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
-    for (std::int64_t c = c0; c < c1; ++c) {
-      double s = 0;
-      const std::int64_t hi = std::min(n, (c + 1) * kChunk);
-      for (std::int64_t i = c * kChunk; i < hi; ++i) s += static_cast<double>(grads[i]) * grads[i];
-      sums[static_cast<std::size_t>(c)] = s;
-    }
-  });
-  double total = 0;
-  for (double s : sums) total += s;
-  return total;
-}
-
-double clip_grad_norm(float* grads, std::int64_t n, double norm, double max_norm) {
-  if (!(max_norm > 0)) return 1.0;
-  const double coef = max_norm / (norm + 1e-6);
-  if (!(coef < 1.0)) return 1.0;
-  const float c = static_cast<float>(coef);
-  parallel_for(0, n, 65536, [&](std::int64_t lo, std::int64_t hi) {
-    for (std::int64_t i = lo; i < hi; ++i) grads[i] *= c;
-  });
-  return coef;
 }
 
 }  // namespace lmcore::train

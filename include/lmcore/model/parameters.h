@@ -53,6 +53,13 @@ struct RootOffsets {
   std::int64_t embed = 0, norm = 0, head = 0;
 };
 
+// A piece of a local buffer that holds part of the flat parameters (one rank's shard of a unit in
+// sharded training): `length` elements, of which the first `real` are the flat elements
+// [global_begin, global_begin + real) and the rest padding.
+struct ShardPiece {
+  std::int64_t global_begin = 0, real = 0, length = 0;
+};
+
 class ParameterLayout {
  public:
   explicit ParameterLayout(const ModelConfig& config);

@@ -6,8 +6,8 @@
 //   v  = beta2 * v + (1 - beta2) * g * g
 //   p += -(lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 // Weight decay follows the parameter groups of ParamSpec::weight_decay (none on norms and embeddings
-// by default). The optimizer may cover a slice [begin, end) of the flat buffer (one rank's shard in
-// sharded training); its state is then that slice's.
+// by default). The optimizer may cover a slice [begin, end) of the flat buffer, or a list of pieces
+// (one rank's shard of every unit in sharded training, with padding); its state is then theirs.
 //
 //   AdamW opt(layout, {.weight_decay = 0.1});
 //   opt.step(params, grads, lr);   // params, grads: the slice's floats
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "lmcore/core/tensor.h"
+#include "lmcore/model/grad_norm.h"
 #include "lmcore/model/parameters.h"
 
 namespace lmcore::train {
@@ -28,16 +29,21 @@ struct AdamWOptions {
   double weight_decay = 0.1;
 };
 
+using model::ShardPiece;
+
 class AdamW {
  public:
   // Covers the whole flat buffer, or [begin, end) of it.
   AdamW(const model::ParameterLayout& layout, const AdamWOptions& options, std::int64_t begin = 0,
         std::int64_t end = -1);
+  // Covers the pieces, laid out one after another in the local buffer.
+  AdamW(const model::ParameterLayout& layout, const AdamWOptions& options, const std::vector<ShardPiece>& pieces);
 
   // One update of params[0, size()) from grads[0, size()) (the covered slice), multithreaded.
   void step(float* params, const float* grads, double lr);
 
-  std::int64_t size() const { return end_ - begin_; }
+  std::int64_t size() const { return size_; }
+  // The first global element when the optimizer covers one contiguous slice (else -1).
   std::int64_t begin() const { return begin_; }
   std::int64_t steps() const { return steps_; }
   void set_steps(std::int64_t s) { steps_ = s; }
@@ -50,19 +56,18 @@ class AdamW {
 
  private:
   struct Segment {
-    std::int64_t begin, end;  // relative to begin_
+    std::int64_t begin, end;  // in the local buffer
     bool decay;
   };
+  void add_piece(const model::ParameterLayout& layout, const ShardPiece& piece, std::int64_t local);
+  void validate_options() const;
   AdamWOptions options_;
-  std::int64_t begin_ = 0, end_ = 0, steps_ = 0;
+  std::int64_t begin_ = 0, size_ = 0, steps_ = 0;
   std::vector<Segment> segments_;
   Tensor m_, v_;
 };
 
-// Global L2 norm of a gradient buffer (accumulated in f64, deterministic per thread count).
-double grad_norm_squared(const float* grads, std::int64_t n);
-// torch.nn.utils.clip_grad_norm_'s rule: scale by max_norm / (norm + 1e-6) when that is below 1.
-// Returns the scale applied (1 when not clipped).
-double clip_grad_norm(float* grads, std::int64_t n, double norm, double max_norm);
+using model::clip_grad_norm;
+using model::grad_norm_squared;
 
 }  // namespace lmcore::train

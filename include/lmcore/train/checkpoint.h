@@ -7,6 +7,10 @@
 //                                      position, the seed, the optimizer and schedule settings and the
 //                                      lmcore version that wrote it
 //   tokenizer.json                     when the run was given one (for `lmcore generate`)
+// or, written by sharded training (every rank its own file, no rank ever holding the whole model):
+//   config.json, manifest.json         the world size, each unit's offset, size and padding, the state
+//   shard_00002_of_00004.safetensors   rank 2's flat shards: "params", "exp_avg", "exp_avg_sq"
+// Either kind loads into either kind of run, at any world size (CheckpointReader re-shards).
 // The folder is written under a temporary name, fsynced and renamed into place, so a crash, a kill or
 // a full disk leaves either the complete checkpoint or none (and every older checkpoint intact).
 // Only the newest `keep` checkpoints are kept.
@@ -14,9 +18,11 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "lmcore/fsdp/sharded_model.h"
 #include "lmcore/model/llama.h"
 #include "lmcore/train/adamw.h"
 #include "lmcore/train/data_loader.h"
@@ -39,6 +45,36 @@ std::string save_checkpoint(const std::string& parent, const model::Llama& model
 // The folder's config must equal the model's (shape fields), else an error names the first field that
 // differs. Returns the state.
 TrainState load_checkpoint(const std::string& dir, model::Llama& model, AdamW& optimizer);
+
+// Sharded training: every rank calls this (it is collective); each writes its shard file, rank 0 the
+// manifest, config and tokenizer, and renames the folder into place once all are complete.
+std::string save_sharded_checkpoint(const std::string& parent, fsdp::ShardedLlama& model, const AdamW& optimizer,
+                                    const TrainState& state, const std::string& tokenizer_file = "");
+// Reads any checkpoint (single-process or sharded at any world size) into this rank's shards.
+TrainState load_checkpoint(const std::string& dir, fsdp::ShardedLlama& model, AdamW& optimizer);
+
+// Reads the flat parameters and optimizer moments of a checkpoint folder of either kind by global
+// ranges, whatever world size wrote it.
+class CheckpointReader {
+ public:
+  enum class Kind : std::uint8_t { params = 0, exp_avg = 1, exp_avg_sq = 2 };
+  explicit CheckpointReader(const std::string& dir);
+  ~CheckpointReader();
+  CheckpointReader(CheckpointReader&&) noexcept;
+  const model::ModelConfig& config() const;
+  const TrainState& state() const;
+  std::int64_t adamw_steps() const;
+  int world_size() const;  // 0 for a single-process checkpoint
+  // out[0, count) = flat elements [begin, begin + count) of `kind` (alignment padding reads 0).
+  void read(Kind kind, std::int64_t begin, std::int64_t count, float* out) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Writes a sharded checkpoint's model as one Hugging Face folder (config.json + model.safetensors).
+void consolidate_checkpoint(const std::string& dir, const std::string& out_dir);
 
 // Checkpoint folders under parent, oldest first (by step).
 std::vector<std::string> list_checkpoints(const std::string& parent);

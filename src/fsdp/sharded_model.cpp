@@ -1,0 +1,301 @@
+// The sharded model: one rank's shards, and the UnitAccess that gathers units before the model uses
+// them and reduce-scatters their gradients after.
+#include "lmcore/fsdp/sharded_model.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "lmcore/core/error.h"
+#include "lmcore/model/grad_norm.h"
+
+namespace lmcore::fsdp {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// dst[0, n) += src[0, n) (src f32 or bf16).
+void add_into(float* dst, const Tensor& src) {
+  const Tensor s = src.dtype() == DType::f32 ? src : src.to(DType::f32);
+  const float* p = s.data<float>();
+  for (std::int64_t i = 0; i < s.numel(); ++i) dst[i] += p[i];
+}
+}  // namespace
+
+class ShardedLlama::Access final : public model::UnitAccess {
+ public:
+  explicit Access(ShardedLlama& s) : s_(s), units_(s.units_.size()) {}
+
+  const void* weights(int u) override {
+    Unit& x = units_[u];
+    if (!x.full.defined() && !x.in_flight) issue_gather(u);
+    if (x.in_flight) {
+      const auto t = Clock::now();
+      x.gather.wait();
+      stats_.gather_wait_s += seconds_since(t);
+      x.in_flight = false;
+      x.gather = dist::Work();
+      x.k_chunk = Tensor();
+    }
+    prefetch_after(u);
+    return x.full.data_ptr();
+  }
+
+  float* grads(int u) override {
+    Unit& x = units_[u];
+    if (!x.full_grad.defined()) x.full_grad = Tensor::zeros({s_.units_[u].padded}, DType::f32);
+    return x.full_grad.data<float>();
+  }
+
+  void release(int u) override {
+    Unit& x = units_[u];
+    if (u == 0) return;  // the root stays gathered through the micro-batch (end_step frees it)
+    const int policy = s_.reshard_policy();
+    if (!forward_ || !with_backward_ || policy == s_.world_) {
+      x.full = Tensor();
+    } else if (policy > 1) {
+      // Keep 1/k: the chunk this rank holds within its group of k consecutive ranks.
+      const std::int64_t chunk = s_.units_[u].padded / policy;
+      x.k_chunk = x.full.narrow(0, (s_.rank_ % policy) * chunk, chunk).clone();
+      x.full = Tensor();
+    }  // policy 0: keep the full parameters for the backward
+  }
+
+  void grads_ready(int u) override {
+    if (!s_.sync_) return;  // accumulate unsharded until the last micro-batch
+    Unit& x = units_[u];
+    const UnitShard& us = s_.units_[u];
+    x.rs_in = s_.options_.reduce_dtype == DType::f32 ? x.full_grad : x.full_grad.to(s_.options_.reduce_dtype);
+    x.full_grad = Tensor();
+    x.rs_out = Tensor::empty({us.shard}, s_.options_.reduce_dtype);
+    dist::ProcessGroup& g = s_.rs_group_ ? *s_.rs_group_ : *s_.pg_;
+    x.rs = g.reduce_scatter_single_async(x.rs_out, x.rs_in, {.op = dist::ReduceOp::avg});
+    x.rs_pending = true;
+    ++stats_.reduce_scatters;
+  }
+
+  void begin_forward(bool with_backward) override {
+    forward_ = true;
+    with_backward_ = with_backward;
+    order_.clear();
+    for (std::size_t u = 0; u < units_.size(); ++u) order_.push_back(static_cast<int>(u));
+  }
+
+  void begin_backward() override {
+    forward_ = false;
+    order_.clear();
+    for (int u = static_cast<int>(units_.size()) - 1; u >= 1; --u) order_.push_back(u);
+    // The head's backward runs now: the last blocks' all-gathers travel meanwhile.
+    for (int i = 0; i < s_.options_.prefetch && i < static_cast<int>(order_.size()); ++i) issue_if_needed(order_[i]);
+  }
+
+  void end_step() override {
+    for (std::size_t u = 0; u < units_.size(); ++u) {
+      Unit& x = units_[u];
+      if (x.rs_pending) {
+        const auto t = Clock::now();
+        x.rs.wait();
+        stats_.reduce_wait_s += seconds_since(t);
+        add_into(s_.grads_.data<float>() + s_.units_[u].local, x.rs_out);
+        x.rs = dist::Work();
+        x.rs_in = x.rs_out = Tensor();
+        x.rs_pending = false;
+      }
+      if (x.in_flight) {  // a prefetch nobody used (e.g. an evaluation pass): finish it before freeing
+        x.gather.wait();
+        x.in_flight = false;
+        x.gather = dist::Work();
+      }
+      x.full = x.k_chunk = Tensor();
+    }
+  }
+
+  bool has_unsynced_grads() const {
+    for (const Unit& x : units_)
+      if (x.full_grad.defined()) return true;
+    return false;
+  }
+  void drop_unsynced_grads() {
+    for (Unit& x : units_) x.full_grad = Tensor();
+  }
+
+  CommStats stats_;
+
+ private:
+  struct Unit {
+    Tensor full;     // gathered parameters (param dtype, padded)
+    Tensor k_chunk;  // reshard-to-k: this rank's 1/k of them between forward and backward
+    dist::Work gather;
+    bool in_flight = false;
+    Tensor full_grad;       // f32, padded: the model adds into it
+    Tensor rs_in, rs_out;   // reduce-scatter input (reduce dtype) and this rank's averaged shard
+    dist::Work rs;
+    bool rs_pending = false;
+  };
+
+  void issue_gather(int u) {
+    Unit& x = units_[u];
+    const UnitShard& us = s_.units_[u];
+    x.full = Tensor::empty({us.padded}, s_.options_.param_dtype);
+    if (x.k_chunk.defined()) {
+      // Between forward and backward this rank kept 1/k: gather within its group of k.
+      x.gather = s_.k_group_->all_gather_single_async(x.full, x.k_chunk);
+    } else {
+      x.gather = s_.pg_->all_gather_single_async(x.full, s_.compute_shard_.narrow(0, us.local, us.shard));
+    }
+    x.in_flight = true;
+    ++stats_.gathers;
+  }
+
+  void issue_if_needed(int u) {
+    if (!units_[u].full.defined() && !units_[u].in_flight) issue_gather(u);
+  }
+
+  void prefetch_after(int u) {
+    const auto it = std::find(order_.begin(), order_.end(), u);
+    if (it == order_.end()) return;
+    for (int i = 1; i <= s_.options_.prefetch && it + i < order_.end(); ++i) issue_if_needed(*(it + i));
+  }
+
+  ShardedLlama& s_;
+  std::vector<Unit> units_;
+  std::vector<int> order_;
+  bool forward_ = true, with_backward_ = true;
+};
+
+int ShardedLlama::reshard_policy() const {
+  const int p = options_.reshard_after_forward;
+  return p < 0 || p >= world_ ? world_ : (p == 1 ? world_ : p);
+}
+
+ShardedLlama::ShardedLlama(const model::ModelConfig& config, const model::ModelOptions& options, dist::ProcessGroup& pg,
+                           const FsdpOptions& fsdp)
+    : options_(fsdp), pg_(&pg), rank_(pg.rank()), world_(pg.world_size()) {
+  LMCORE_CHECK(fsdp.param_dtype == DType::f32 || fsdp.param_dtype == DType::bf16,
+               "fsdp: param_dtype must be f32 or bf16, found {}", fsdp.param_dtype);
+  LMCORE_CHECK(fsdp.reduce_dtype == DType::f32 || fsdp.reduce_dtype == DType::bf16,
+               "fsdp: reduce_dtype must be f32 or bf16, found {}", fsdp.reduce_dtype);
+  LMCORE_CHECK(fsdp.prefetch >= 0, "fsdp: prefetch must be >= 0, found {}", fsdp.prefetch);
+  const int k = fsdp.reshard_after_forward;
+  LMCORE_CHECK(k < 0 || k == 0 || k == 1 || k >= world_ || world_ % k == 0,
+               "fsdp: reshard_after_forward = {} must divide the world size {} (or be true/false)", k, world_);
+  model::ModelOptions mo = options;
+  mo.compute = fsdp.param_dtype;
+  mo.own_parameters = false;
+  model_ = std::make_unique<model::Llama>(config, mo);
+  std::int64_t local = 0;
+  for (const model::UnitSpec& u : model_->layout().units()) {
+    UnitShard s;
+    s.offset = u.offset;
+    s.numel = u.numel;
+    s.padded = (u.numel + world_ - 1) / world_ * world_;
+    s.shard = s.padded / world_;
+    s.local = local;
+    local += s.shard;
+    units_.push_back(s);
+  }
+  params_ = Tensor::zeros({local}, DType::f32);
+  grads_ = Tensor::zeros({local}, DType::f32);
+  compute_shard_ = fsdp.param_dtype == DType::f32 ? params_ : Tensor::zeros({local}, fsdp.param_dtype);
+  // The extra groups share the main group's store under their own names.
+  dist::GroupOptions go = fsdp.group_options;
+  go.rank = rank_;
+  go.world_size = world_;
+  if (fsdp.separate_reduce_scatter_group) {
+    dist::GroupOptions r = go;
+    r.name = go.name + "-fsdp-rs";
+    rs_group_ = std::make_unique<dist::ProcessGroup>(r);
+  }
+  const int policy = reshard_policy();
+  if (policy > 1 && policy < world_) {
+    dist::GroupOptions r = go;
+    r.name = fmt::format("{}-fsdp-k{}-{}", go.name, policy, rank_ / policy);
+    r.rank = rank_ % policy;
+    r.world_size = policy;
+    k_group_ = std::make_unique<dist::ProcessGroup>(r);
+  }
+  access_ = std::make_unique<Access>(*this);
+  model_->set_unit_access(access_.get());
+}
+
+ShardedLlama::~ShardedLlama() = default;
+
+std::vector<model::ShardPiece> ShardedLlama::pieces() const {
+  std::vector<model::ShardPiece> out;
+  for (const UnitShard& u : units_) {
+    const std::int64_t begin = static_cast<std::int64_t>(rank_) * u.shard;  // within the padded unit
+    const std::int64_t real = std::clamp<std::int64_t>(u.numel - begin, 0, u.shard);
+    out.push_back({u.offset + std::min(begin, u.numel), real, u.shard});
+  }
+  return out;
+}
+
+void ShardedLlama::init_weights(std::uint64_t seed) {
+  const auto p = pieces();
+  float* dst = params_.data<float>();
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    model::init_parameters(layout(), config(), seed, p[i].global_begin, p[i].global_begin + p[i].real,
+                           dst + units_[i].local);
+    std::fill(dst + units_[i].local + p[i].real, dst + units_[i].local + p[i].length, 0.0f);
+  }
+  params_updated();
+}
+
+void ShardedLlama::zero_grad() {
+  grads_.zero_();
+  access_->drop_unsynced_grads();
+}
+
+void ShardedLlama::params_updated() {
+  if (options_.param_dtype != DType::f32) compute_shard_.copy_(params_);
+}
+
+model::StepLoss ShardedLlama::forward_backward(const std::int32_t* tokens, const std::int32_t* targets,
+                                               float grad_scale) {
+  return model_->forward_backward(tokens, targets, grad_scale);
+}
+
+model::StepLoss ShardedLlama::forward_loss(const std::int32_t* tokens, const std::int32_t* targets) {
+  return model_->forward_loss(tokens, targets);
+}
+
+double ShardedLlama::grad_norm() {
+  Tensor s = Tensor::full({1}, model::grad_norm_squared(grads_.data<float>(), grads_.numel()), DType::f64);
+  pg_->all_reduce(s, {.op = dist::ReduceOp::sum});
+  return std::sqrt(s.data<double>()[0]);
+}
+
+std::string ShardedLlama::first_nonfinite_gradient() {
+  const float* g = grads_.data<float>();
+  const auto p = pieces();
+  std::int64_t first = std::numeric_limits<std::int64_t>::max();
+  for (std::size_t i = 0; i < p.size() && first == std::numeric_limits<std::int64_t>::max(); ++i)
+    for (std::int64_t j = 0; j < p[i].real; ++j)
+      if (!std::isfinite(g[units_[i].local + j])) {
+        first = p[i].global_begin + j;
+        break;
+      }
+  Tensor t = Tensor::full({1}, static_cast<double>(first), DType::i64);
+  t.data<std::int64_t>()[0] = first;
+  pg_->all_reduce(t, {.op = dist::ReduceOp::min});
+  first = t.data<std::int64_t>()[0];
+  if (first == std::numeric_limits<std::int64_t>::max()) return "";
+  for (const auto& spec : layout().params())
+    if (first >= spec.offset && first < spec.offset + spec.numel)
+      return fmt::format("{} (element {})", spec.name, first - spec.offset);
+  return fmt::format("flat element {}", first);
+}
+
+CommStats ShardedLlama::comm_stats() const { return access_->stats_; }
+void ShardedLlama::reset_comm_stats() { access_->stats_ = CommStats{}; }
+
+std::size_t ShardedLlama::shard_bytes() const {
+  return params_.nbytes() + grads_.nbytes() + (options_.param_dtype == DType::f32 ? 0 : compute_shard_.nbytes());
+}
+
+}  // namespace lmcore::fsdp
