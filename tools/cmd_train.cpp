@@ -52,20 +52,55 @@ int run_train(int argc, char** argv) {
   app.add_option("--log", o.log, "JSON-lines metrics log (default: RUN/metrics.jsonl)");
   app.add_option("--threads", o.threads, "threads (0: LMCORE_NUM_THREADS or all cores)")->capture_default_str();
   app.add_flag("--quiet", o.quiet, "no progress line");
+  std::string reshard = "true", reduce_dtype = "f32", param_dtype;
+  app.add_option("--global-batch", o.global_batch,
+                 "sequences per optimizer step over all ranks (0: batch-size x ranks x grad-accum; else it sets "
+                 "--grad-accum)")
+      ->capture_default_str();
+  app.add_flag("--fsdp", o.fsdp,
+               "shard parameters, gradients and optimizer state over the ranks of `lmcore launch` (FSDP2-style)");
+  app.add_option("--reshard-after-forward", reshard,
+                 "with --fsdp: true (free full parameters after forward), false (keep them) or K (keep 1/K, "
+                 "all-gather within K ranks in backward)")
+      ->capture_default_str();
+  app.add_option("--prefetch", o.prefetch, "with --fsdp: units whose all-gather is issued ahead")->capture_default_str();
+  app.add_flag("--separate-rs-group", o.separate_rs_group,
+               "with --fsdp: reduce-scatters on their own process group, overlapping the all-gathers");
+  app.add_option("--param-dtype", param_dtype, "with --fsdp: dtype parameters are gathered and computed in (= --dtype)");
+  app.add_option("--reduce-dtype", reduce_dtype, "with --fsdp: dtype gradients are reduce-scattered in: f32 | bf16")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   try {
-    o.dtype = dtype_from_name(dtype);
+    o.dtype = dtype_from_name(param_dtype.empty() ? dtype : param_dtype);
     o.schedule = train::schedule_from_name(schedule);
+    o.reduce_dtype = dtype_from_name(reduce_dtype);
+    if (reshard == "true") o.reshard_after_forward = -1;
+    else if (reshard == "false") o.reshard_after_forward = 0;
+    else {
+      std::size_t used = 0;
+      int k = -2;
+      try {
+        k = std::stoi(reshard, &used);
+      } catch (const std::exception&) {
+      }
+      LMCORE_CHECK(used == reshard.size() && k >= 1,
+                   "--reshard-after-forward must be true, false or a positive integer, found '{}'", reshard);
+      o.reshard_after_forward = k;
+    }
+    LMCORE_CHECK(o.fsdp || (o.prefetch == 1 && !o.separate_rs_group && reshard == "true" && param_dtype.empty() &&
+                            reduce_dtype == "f32"),
+                 "--reshard-after-forward, --prefetch, --separate-rs-group, --param-dtype and --reduce-dtype need --fsdp");
   } catch (const Error& e) {
     fmt::print(stderr, "lmcore train: {}\n", e.what());
     return 2;
   }
   try {
     const train::TrainResult r = train::run_training(o);
+    if (r.rank != 0) return r.interrupted ? 130 : 0;  // rank 0 speaks for the run
     if (r.interrupted) {
       fmt::print(stderr, "lmcore train: stopped at step {}; checkpoint {} (continue with --resume {})\n", r.steps_done,
                  r.last_checkpoint, o.out);

@@ -43,12 +43,16 @@ class ShardedLlama::Access final : public model::UnitAccess {
       x.k_chunk = Tensor();
     }
     prefetch_after(u);
+    account();
     return x.full.data_ptr();
   }
 
   float* grads(int u) override {
     Unit& x = units_[u];
-    if (!x.full_grad.defined()) x.full_grad = Tensor::zeros({s_.units_[u].padded}, DType::f32);
+    if (!x.full_grad.defined()) {
+      x.full_grad = Tensor::zeros({s_.units_[u].padded}, DType::f32);
+      account();
+    }
     return x.full_grad.data<float>();
   }
 
@@ -68,6 +72,10 @@ class ShardedLlama::Access final : public model::UnitAccess {
 
   void grads_ready(int u) override {
     if (!s_.sync_) return;  // accumulate unsharded until the last micro-batch
+    // One reduce-scatter in flight at a time (FSDP2's rule): the previous unit's finished during this
+    // unit's backward, or is waited for now, so unsharded gradients never pile up beyond two units.
+    for (std::size_t v = 0; v < units_.size(); ++v)
+      if (units_[v].rs_pending) finish_reduce(static_cast<int>(v));
     Unit& x = units_[u];
     const UnitShard& us = s_.units_[u];
     x.rs_in = s_.options_.reduce_dtype == DType::f32 ? x.full_grad : x.full_grad.to(s_.options_.reduce_dtype);
@@ -77,6 +85,7 @@ class ShardedLlama::Access final : public model::UnitAccess {
     x.rs = g.reduce_scatter_single_async(x.rs_out, x.rs_in, {.op = dist::ReduceOp::avg});
     x.rs_pending = true;
     ++stats_.reduce_scatters;
+    account();
   }
 
   void begin_forward(bool with_backward) override {
@@ -97,15 +106,7 @@ class ShardedLlama::Access final : public model::UnitAccess {
   void end_step() override {
     for (std::size_t u = 0; u < units_.size(); ++u) {
       Unit& x = units_[u];
-      if (x.rs_pending) {
-        const auto t = Clock::now();
-        x.rs.wait();
-        stats_.reduce_wait_s += seconds_since(t);
-        add_into(s_.grads_.data<float>() + s_.units_[u].local, x.rs_out);
-        x.rs = dist::Work();
-        x.rs_in = x.rs_out = Tensor();
-        x.rs_pending = false;
-      }
+      if (x.rs_pending) finish_reduce(static_cast<int>(u));
       if (x.in_flight) {  // a prefetch nobody used (e.g. an evaluation pass): finish it before freeing
         x.gather.wait();
         x.in_flight = false;
@@ -113,6 +114,17 @@ class ShardedLlama::Access final : public model::UnitAccess {
       }
       x.full = x.k_chunk = Tensor();
     }
+    account();
+  }
+
+  // Bytes held by the unsharded buffers of every unit now; updates the peak.
+  void account() {
+    std::size_t now = 0;
+    for (const Unit& x : units_)
+      for (const Tensor* t : {&x.full, &x.k_chunk, &x.full_grad, &x.rs_in, &x.rs_out})
+        if (t->defined() && !(t == &x.rs_in && x.rs_in.storage() == x.full_grad.storage())) now += t->nbytes();
+    stats_.unsharded_bytes = now;
+    stats_.peak_unsharded_bytes = std::max(stats_.peak_unsharded_bytes, now);
   }
 
   bool has_unsynced_grads() const {
@@ -137,6 +149,18 @@ class ShardedLlama::Access final : public model::UnitAccess {
     dist::Work rs;
     bool rs_pending = false;
   };
+
+  // Waits for unit u's reduce-scatter and adds its averaged shard into the gradient shard.
+  void finish_reduce(int u) {
+    Unit& x = units_[u];
+    const auto t = Clock::now();
+    x.rs.wait();
+    stats_.reduce_wait_s += seconds_since(t);
+    add_into(s_.grads_.data<float>() + s_.units_[u].local, x.rs_out);
+    x.rs = dist::Work();
+    x.rs_in = x.rs_out = Tensor();
+    x.rs_pending = false;
+  }
 
   void issue_gather(int u) {
     Unit& x = units_[u];
@@ -292,7 +316,13 @@ std::string ShardedLlama::first_nonfinite_gradient() {
 }
 
 CommStats ShardedLlama::comm_stats() const { return access_->stats_; }
-void ShardedLlama::reset_comm_stats() { access_->stats_ = CommStats{}; }
+void ShardedLlama::reset_comm_stats() {
+  const std::size_t now = access_->stats_.unsharded_bytes;
+  access_->stats_ = CommStats{};
+  access_->stats_.unsharded_bytes = access_->stats_.peak_unsharded_bytes = now;
+}
+
+std::size_t ShardedLlama::peak_unsharded_bytes() const { return access_->stats_.peak_unsharded_bytes; }
 
 std::size_t ShardedLlama::shard_bytes() const {
   return params_.nbytes() + grads_.nbytes() + (options_.param_dtype == DType::f32 ? 0 : compute_shard_.nbytes());

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <memory>
 #include <optional>
 
 #include <fmt/format.h>
@@ -14,12 +15,14 @@
 #include "lmcore/core/parallel.h"
 #include "lmcore/core/progress.h"
 #include "lmcore/core/runtime_info.h"
+#include "lmcore/dist/process_group.h"
 #include "lmcore/model/llama.h"
 #include "lmcore/train/adamw.h"
 #include "lmcore/train/builtin_corpus.h"
 #include "lmcore/train/checkpoint.h"
 #include "lmcore/train/data_loader.h"
 #include "lmcore/train/run_log.h"
+#include "src/train/engine.h"
 #include "lmcore/version.h"
 
 namespace lmcore::train {
@@ -88,13 +91,24 @@ double measure_peak_gflops(DType dtype) {
   return best;
 }
 
-std::string first_nonfinite_gradient(const Llama& m) {
-  const float* g = m.grads().data<float>();
-  for (const auto& p : m.layout().params()) {
-    for (std::int64_t i = 0; i < p.numel; ++i)
-      if (!std::isfinite(g[p.offset + i])) return fmt::format("{} (element {} = {})", p.name, i, g[p.offset + i]);
-  }
-  return "";
+// Ranks that disagree on the model or the data would train silently different models or hang in a
+// collective of another size: compare a fingerprint of both on every rank before anything else.
+void check_same_run_everywhere(dist::ProcessGroup& pg, const ModelConfig& cfg, const TrainOptions& o) {
+  const std::string fp = cfg.to_json() + fmt::format("|{}|{}|{}|{}|{}|{}|{}", o.data, o.batch_size, o.seq_len,
+                                                     o.grad_accum, o.global_batch, o.seed, dtype_name(o.dtype));
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : fp) h = (h ^ c) * 0x100000001B3ull;
+  Tensor mine = Tensor::empty({1}, DType::i64);
+  mine.data<std::int64_t>()[0] = static_cast<std::int64_t>(h >> 1);
+  Tensor all = Tensor::empty({pg.world_size()}, DType::i64);
+  pg.all_gather_single(all, mine);
+  const std::int64_t* v = all.data<std::int64_t>();
+  for (int r = 0; r < pg.world_size(); ++r)
+    LMCORE_CHECK(v[r] == v[0],
+                 "rank {}: the ranks disagree on the model config or the data: rank {} has a different config, data "
+                 "pattern, batch, sequence length, seed or dtype than rank 0 (fingerprints {:x} vs {:x}); every rank "
+                 "must be started with the same arguments",
+                 pg.rank(), r, v[r], v[0]);
 }
 
 std::string derived_val_glob(const std::string& data) {
@@ -106,6 +120,15 @@ std::string derived_val_glob(const std::string& data) {
 }
 
 }  // namespace
+
+std::string detail::LocalEngine::first_nonfinite_gradient() {
+  const float* g = model_.grads().data<float>();
+  for (const auto& p : model_.layout().params()) {
+    for (std::int64_t i = 0; i < p.numel; ++i)
+      if (!std::isfinite(g[p.offset + i])) return fmt::format("{} (element {} = {})", p.name, i, g[p.offset + i]);
+  }
+  return "";
+}
 
 TrainResult run_training(const TrainOptions& opts) {
   TrainOptions o = opts;
@@ -162,24 +185,54 @@ TrainResult run_training(const TrainOptions& opts) {
       if (!opts.val_data.empty()) throw;  // named explicitly: its errors matter
     }
   }
-  // ---- model, optimizer, loaders ----
-  Llama m(cfg, {.batch = o.batch_size, .seq_len = o.seq_len, .compute = o.dtype, .recompute = o.recompute});
-  m.init_weights(o.seed);
+  // ---- the engine: the whole model here, or this rank's shards ----
+  const model::ModelOptions mo{.batch = o.batch_size, .seq_len = o.seq_len, .compute = o.dtype, .recompute = o.recompute};
+  const AdamWOptions ao{.beta1 = o.beta1, .beta2 = o.beta2, .eps = o.adam_eps, .weight_decay = o.weight_decay};
+  std::unique_ptr<dist::ProcessGroup> pg;
+  std::unique_ptr<detail::Engine> engine;
+  if (o.fsdp) {
+    dist::GroupOptions go;
+    go.name = "train";
+    pg = std::make_unique<dist::ProcessGroup>(go);
+    fsdp::FsdpOptions fo;
+    fo.reshard_after_forward = o.reshard_after_forward;
+    fo.prefetch = o.prefetch;
+    fo.separate_reduce_scatter_group = o.separate_rs_group;
+    fo.param_dtype = o.dtype;
+    fo.reduce_dtype = o.reduce_dtype;
+    fo.group_options = go;
+    engine = std::make_unique<detail::FsdpEngine>(cfg, mo, ao, *pg, fo);
+    check_same_run_everywhere(*pg, cfg, o);
+  } else {
+    engine = std::make_unique<detail::LocalEngine>(cfg, mo, ao);
+  }
+  detail::Engine& e = *engine;
+  const int world = e.world_size();
+  const bool lead = e.rank() == 0;
+  if (!lead) o.quiet = true;
+  const std::int64_t micro = o.batch_size * world;  // sequences per micro-step over all ranks
+  if (o.global_batch > 0) {
+    LMCORE_CHECK(o.global_batch % micro == 0,
+                 "--global-batch {} is not a multiple of --batch-size {} x {} ranks", o.global_batch, o.batch_size, world);
+    o.grad_accum = o.global_batch / micro;
+  }
+  e.init(o.seed);
   if (o.max_steps == 0) {
     // Calibrate: time a forward/backward (the second of two; nothing is updated) and fit the steps and
     // the ten validation passes (eval_batches forward-only passes, about a third of a step each) into
     // the budget.
-    BatchLoader probe(train_data, o.batch_size, o.seq_len, o.seed, /*shuffle=*/false);
-    std::vector<std::int32_t> px(static_cast<std::size_t>(o.batch_size * o.seq_len)), py(px.size());
+    BatchLoader probe(train_data, micro, o.seq_len, o.seed, /*shuffle=*/false);
+    std::vector<std::int32_t> px(static_cast<std::size_t>(micro * o.seq_len)), py(px.size());
     probe.next(px.data(), py.data());
+    const std::int64_t mine = e.rank() * o.batch_size * o.seq_len;
     double step_s = 0;
     for (int i = 0; i < 2; ++i) {
       const auto t = Clock::now();
-      m.forward_backward(px.data(), py.data(), 1.0f);
+      e.micro_step(px.data() + mine, py.data() + mine, 1.0f, true);
       step_s = seconds_since(t);
     }
-    m.zero_grad();
-    step_s = step_s * static_cast<double>(o.grad_accum) * 1.05;  // + optimizer and logging
+    e.zero_grad();
+    step_s = e.max_over_ranks(step_s) * static_cast<double>(o.grad_accum) * 1.05;  // + optimizer and logging
     // Ten validation passes get at most a tenth of the budget (a forward-only batch costs about a third of
     // a training step).
     if (val_data)
@@ -192,11 +245,10 @@ TrainResult run_training(const TrainOptions& opts) {
   }
   if (o.eval_every == 0) o.eval_every = std::max<std::int64_t>(1, o.max_steps / 10);
   if (o.warmup < 0) o.warmup = std::min<std::int64_t>(200, std::max<std::int64_t>(1, o.max_steps / 20));
-  AdamW opt(m.layout(), {.beta1 = o.beta1, .beta2 = o.beta2, .eps = o.adam_eps, .weight_decay = o.weight_decay});
-  BatchLoader loader(train_data, o.batch_size, o.seq_len, o.seed, /*shuffle=*/true);
+  BatchLoader loader(train_data, micro, o.seq_len, o.seed, /*shuffle=*/true);
   std::int64_t step = 0;
   if (!resume_dir.empty()) {
-    const TrainState st = load_checkpoint(resume_dir, m, opt);
+    const TrainState st = e.load(resume_dir);
     step = st.step;
     loader.set_position(st.data);
     if (st.seed != o.seed && !o.quiet)
@@ -206,17 +258,20 @@ TrainResult run_training(const TrainOptions& opts) {
   LrSchedule schedule{o.schedule, o.lr, o.warmup, o.max_steps, o.min_lr_ratio};
   schedule.validate();
 
-  fs::create_directories(o.out);
   const std::string ckpt_parent = (fs::path(o.out) / "checkpoints").string();
   const std::string log_path = o.log.empty() ? (fs::path(o.out) / "metrics.jsonl").string() : o.log;
-  RunLog log(log_path, /*append=*/!resume_dir.empty());
+  if (lead) fs::create_directories(o.out);
+  std::unique_ptr<RunLog> log;
+  if (lead) log = std::make_unique<RunLog>(log_path, /*append=*/!resume_dir.empty());
   const double peak = measure_peak_gflops(o.dtype);
-  const double flops_per_step = m.flops_per_step() * static_cast<double>(o.grad_accum);
-  const std::int64_t tokens_per_step = o.batch_size * o.seq_len * o.grad_accum;
-  log.event(resume_dir.empty() ? "start" : "resume",
-            {{"step", step}, {"params", cfg.num_parameters()}, {"batch_size", o.batch_size}, {"seq_len", o.seq_len},
-             {"grad_accum", o.grad_accum}, {"dtype", std::string(dtype_name(o.dtype))}, {"threads", num_threads()},
-             {"peak_gflops", peak}, {"from", resume_dir}});
+  // Per rank: its share of the step's flops over its own GEMM peak.
+  const double flops_per_step = e.flops_per_micro_batch() * static_cast<double>(o.grad_accum);
+  const std::int64_t tokens_per_step = micro * o.seq_len * o.grad_accum;
+  if (lead)
+    log->event(resume_dir.empty() ? "start" : "resume",
+               {{"step", step}, {"params", cfg.num_parameters()}, {"batch_size", o.batch_size}, {"seq_len", o.seq_len},
+                {"grad_accum", o.grad_accum}, {"world_size", world}, {"dtype", std::string(dtype_name(o.dtype))},
+                {"threads", num_threads()}, {"peak_gflops", peak}, {"fsdp", o.fsdp}, {"from", resume_dir}});
   if (!o.quiet) {
     fmt::print(stderr, "lmcore train: {:.2f}M parameters ({} layers, dim {}, {} heads / {} kv, ffn {}, vocab {}), {}\n",
                static_cast<double>(cfg.num_parameters()) / 1e6, cfg.n_layers, cfg.dim, cfg.n_heads, cfg.n_kv_heads,
@@ -225,23 +280,29 @@ TrainResult run_training(const TrainOptions& opts) {
                static_cast<double>(train_data.num_tokens()) / 1e6,
                val_data ? fmt::format(", validation {:.2f}M tokens", static_cast<double>(val_data->num_tokens()) / 1e6)
                         : std::string(", no validation data"));
-    fmt::print(stderr, "  batch {} x {} tokens x {} micro-batches = {} tokens/step, {} steps, lr {} ({} warmup, {}), "
+    fmt::print(stderr, "  batch {} x {} tokens x {} rank(s) x {} micro-batches = {} tokens/step, {} steps, lr {} ({} warmup, {}), "
                "{} threads, GEMM peak {:.0f} GFLOPS\n",
-               o.batch_size, o.seq_len, o.grad_accum, tokens_per_step, o.max_steps, o.lr, o.warmup,
+               o.batch_size, o.seq_len, world, o.grad_accum, tokens_per_step, o.max_steps, o.lr, o.warmup,
                schedule_name(o.schedule), num_threads(), peak);
+    if (o.fsdp)
+      fmt::print(stderr, "  sharded over {} ranks: reshard after forward {}, prefetch {}, {} reduce-scatter group, "
+                 "reduce in {}; {:.1f} MiB of parameters, gradients and optimizer state on this rank\n",
+                 world, o.reshard_after_forward, o.prefetch, o.separate_rs_group ? "separate" : "shared",
+                 dtype_name(o.reduce_dtype), static_cast<double>(e.state_bytes()) / (1 << 20));
     if (!resume_dir.empty()) fmt::print(stderr, "  resumed from {} at step {}\n", resume_dir, step);
     fmt::print(stderr, "  run folder: {}\n", o.out);
   }
 
+  const std::int64_t row0 = e.rank() * o.batch_size * o.seq_len;  // this rank's rows of a micro-step
+  std::vector<std::int32_t> x(static_cast<std::size_t>(micro * o.seq_len)), y(x.size());
   auto evaluate = [&]() -> double {
     if (!val_data) return -1;
-    BatchLoader vl(*val_data, o.batch_size, o.seq_len, 0, /*shuffle=*/false);
-    const std::int64_t batches = std::max<std::int64_t>(1, std::min(o.eval_batches, vl.windows_per_epoch() / o.batch_size));
-    std::vector<std::int32_t> x(static_cast<std::size_t>(o.batch_size * o.seq_len)), y(x.size());
+    BatchLoader vl(*val_data, micro, o.seq_len, 0, /*shuffle=*/false);
+    const std::int64_t batches = std::max<std::int64_t>(1, std::min(o.eval_batches, vl.windows_per_epoch() / micro));
     double sum = 0;
     for (std::int64_t i = 0; i < batches; ++i) {
       vl.next(x.data(), y.data());
-      sum += m.forward_loss(x.data(), y.data()).loss;
+      sum += e.eval_loss(x.data() + row0, y.data() + row0);
     }
     return sum / static_cast<double>(batches);
   };
@@ -253,16 +314,18 @@ TrainResult run_training(const TrainOptions& opts) {
     return s;
   };
   TrainResult result;
+  result.rank = e.rank();
   auto checkpoint = [&]() {
     const auto t = Clock::now();
-    result.last_checkpoint = save_checkpoint(ckpt_parent, m, opt, state_now(), o.tokenizer);
-    prune_checkpoints(ckpt_parent, o.keep_checkpoints);
-    log.event("checkpoint", {{"step", step}, {"path", result.last_checkpoint}, {"seconds", seconds_since(t)}});
+    result.last_checkpoint = e.save(ckpt_parent, state_now(), o.tokenizer);
+    if (lead) {
+      prune_checkpoints(ckpt_parent, o.keep_checkpoints);
+      log->event("checkpoint", {{"step", step}, {"path", result.last_checkpoint}, {"seconds", seconds_since(t)}});
+    }
   };
 
   // ---- the loop ----
   StopSignals signals;
-  std::vector<std::int32_t> x(static_cast<std::size_t>(o.batch_size * o.seq_len)), y(x.size());
   Progress progress("train", o.max_steps, "steps", o.quiet ? nullptr : stderr, 10.0, step);
   const auto run_start = Clock::now();
   double busy_seconds = 0;
@@ -270,24 +333,27 @@ TrainResult run_training(const TrainOptions& opts) {
   double last_loss = 0;
   while (step < o.max_steps) {
     const auto t0 = Clock::now();
-    m.zero_grad();
+    const fsdp::CommStats comm0 = e.comm_stats();
+    e.zero_grad();
     double loss = 0;
     for (std::int64_t k = 0; k < o.grad_accum; ++k) {
       loader.next(x.data(), y.data());
-      loss += m.forward_backward(x.data(), y.data(), 1.0f / static_cast<float>(o.grad_accum)).loss;
+      loss += e.micro_step(x.data() + row0, y.data() + row0, 1.0f / static_cast<float>(o.grad_accum),
+                           k + 1 == o.grad_accum);
     }
     loss /= static_cast<double>(o.grad_accum);
-    const double norm = std::sqrt(grad_norm_squared(m.grads().data<float>(), m.layout().size()));
+    const double norm = e.grad_norm();
     if (!std::isfinite(loss) || !std::isfinite(norm)) {
-      const std::string bad = first_nonfinite_gradient(m);
+      const std::string bad = e.first_nonfinite_gradient();
       std::string saved;
       try {
-        saved = save_checkpoint((fs::path(o.out) / "diverged").string(), m, opt, state_now(), o.tokenizer);
-      } catch (const Error& e) {
-        saved = fmt::format("(could not be saved: {})", e.what());
+        saved = e.save((fs::path(o.out) / "diverged").string(), state_now(), o.tokenizer);
+      } catch (const Error& err) {
+        saved = fmt::format("(could not be saved: {})", err.what());
       }
-      log.event("diverged", {{"step", step}, {"loss", std::isfinite(loss) ? nlohmann::json(loss) : nlohmann::json(nullptr)},
-                             {"first_bad_gradient", bad}, {"saved", saved}});
+      if (lead)
+        log->event("diverged", {{"step", step}, {"loss", std::isfinite(loss) ? nlohmann::json(loss) : nlohmann::json(nullptr)},
+                                {"first_bad_gradient", bad}, {"saved", saved}});
       progress.finish();
       throw TrainingDiverged(fmt::format(
           "training diverged at step {}: loss = {}, gradient norm = {}; first non-finite gradient: {}. The state "
@@ -295,60 +361,70 @@ TrainResult run_training(const TrainOptions& opts) {
           step, loss, norm, bad.empty() ? "none (the loss itself)" : bad, saved,
           result.last_checkpoint.empty() ? (resume_dir.empty() ? "none" : resume_dir) : result.last_checkpoint));
     }
-    if (o.grad_clip > 0) clip_grad_norm(m.grads().data<float>(), m.layout().size(), norm, o.grad_clip);
+    if (o.grad_clip > 0) e.clip(norm, o.grad_clip);
     const double lr = schedule.at(step);
-    opt.step(m.params().data<float>(), m.grads().data<float>(), lr);
-    m.params_updated();
+    e.optimizer_step(lr);
     const double dt = seconds_since(t0);
+    const fsdp::CommStats comm1 = e.comm_stats();
+    const double waited = (comm1.gather_wait_s - comm0.gather_wait_s) + (comm1.reduce_wait_s - comm0.reduce_wait_s);
+    result.comm_wait_s += waited;
     busy_seconds += dt;
     ++step;
     ++steps_this_run;
     last_loss = loss;
     StepRecord rec{step, loss, lr, norm, static_cast<double>(tokens_per_step) / dt,
                    flops_per_step / dt / (peak * 1e9), seconds_since(run_start)};
-    log.step(rec);
-    progress.update(step, fmt::format("loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {:.0f} tok/s | MFU {:.0f}%", loss, lr, norm,
-                                      rec.tokens_per_s, rec.mfu * 100));
+    if (lead) log->step(rec);
+    progress.update(step, fmt::format("loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {:.0f} tok/s | MFU {:.0f}%{}", loss, lr,
+                                      norm, rec.tokens_per_s, rec.mfu * 100,
+                                      o.fsdp ? fmt::format(" | comm wait {:.0f}%", 100 * waited / dt) : std::string()));
     const bool last = step == o.max_steps;
     if (val_data && (step % o.eval_every == 0 || last)) {
       result.final_val_loss = evaluate();
-      log.eval({step, result.final_val_loss});
+      if (lead) log->eval({step, result.final_val_loss});
     }
     if (last || (o.checkpoint_every > 0 && step % o.checkpoint_every == 0)) checkpoint();
-    if (g_signal.load() != 0 && !last) {
+    // Any rank's signal stops every rank at the same step.
+    const int sig = static_cast<int>(e.max_over_ranks(static_cast<double>(g_signal.load())));
+    if (sig != 0 && !last) {
       checkpoint();
-      log.event("interrupted", {{"step", step}, {"signal", g_signal.load()}});
+      if (lead) log->event("interrupted", {{"step", step}, {"signal", sig}});
       result.interrupted = true;
       break;
     }
   }
   progress.finish();
+  result.state_bytes = e.state_bytes();
+  result.peak_unsharded_bytes = e.peak_unsharded_bytes();
   result.steps_done = step;
   result.final_loss = last_loss;
   if (steps_this_run > 0) {
     result.tokens_per_s = static_cast<double>(tokens_per_step * steps_this_run) / busy_seconds;
     result.mfu = flops_per_step * static_cast<double>(steps_this_run) / busy_seconds / (peak * 1e9);
   }
-  log.event("end", {{"step", step}, {"loss", last_loss}, {"val_loss", result.final_val_loss},
-                    {"tokens_per_s", result.tokens_per_s}, {"mfu", result.mfu}, {"interrupted", result.interrupted}});
-  log.write_report((fs::path(o.out) / "report.html").string(), "lmcore train: " + o.out,
-                   {{"model", fmt::format("{:.2f}M parameters: {} layers, dim {}, heads {} / kv {}, ffn {}, vocab {}, "
-                                          "mask {}",
-                                          static_cast<double>(cfg.num_parameters()) / 1e6, cfg.n_layers, cfg.dim,
-                                          cfg.n_heads, cfg.n_kv_heads, cfg.ffn_dim, cfg.vocab_size,
-                                          model::attention_mask_name(cfg.mask))},
-                    {"data", use_builtin ? builtin.description : o.data},
-                    {"batch", fmt::format("{} x {} tokens x {} micro-batches", o.batch_size, o.seq_len, o.grad_accum)},
-                    {"optimizer", fmt::format("AdamW lr {} ({}, warmup {}), betas ({}, {}), weight decay {}, clip {}",
-                                              o.lr, schedule_name(o.schedule), o.warmup, o.beta1, o.beta2,
-                                              o.weight_decay, o.grad_clip)},
-                    {"precision", std::string(dtype_name(o.dtype)) + (o.recompute ? ", recompute" : "")},
-                    {"steps", fmt::format("{} of {}", step, o.max_steps)},
-                    {"final loss", fmt::format("train {:.4f}, validation {:.4f}", last_loss, result.final_val_loss)},
-                    {"throughput", fmt::format("{:.0f} tokens/s, MFU {:.1f}% of {:.0f} GFLOPS (measured {} GEMM)",
-                                               result.tokens_per_s, result.mfu * 100, peak, dtype_name(o.dtype))},
-                    {"machine", fmt::format("{} threads, SIMD {}, {}", num_threads(), simd_target_name(), blas_info())},
-                    {"lmcore", LMCORE_VERSION_STRING}});
+  if (!lead) return result;
+  log->event("end", {{"step", step}, {"loss", last_loss}, {"val_loss", result.final_val_loss},
+                     {"tokens_per_s", result.tokens_per_s}, {"mfu", result.mfu}, {"interrupted", result.interrupted},
+                     {"comm_wait_s", result.comm_wait_s}});
+  log->write_report((fs::path(o.out) / "report.html").string(), "lmcore train: " + o.out,
+                    {{"model", fmt::format("{:.2f}M parameters: {} layers, dim {}, heads {} / kv {}, ffn {}, vocab {}, "
+                                           "mask {}",
+                                           static_cast<double>(cfg.num_parameters()) / 1e6, cfg.n_layers, cfg.dim,
+                                           cfg.n_heads, cfg.n_kv_heads, cfg.ffn_dim, cfg.vocab_size,
+                                           model::attention_mask_name(cfg.mask))},
+                     {"data", use_builtin ? builtin.description : o.data},
+                     {"batch", fmt::format("{} x {} tokens x {} rank(s) x {} micro-batches", o.batch_size, o.seq_len,
+                                           world, o.grad_accum)},
+                     {"optimizer", fmt::format("AdamW lr {} ({}, warmup {}), betas ({}, {}), weight decay {}, clip {}",
+                                               o.lr, schedule_name(o.schedule), o.warmup, o.beta1, o.beta2,
+                                               o.weight_decay, o.grad_clip)},
+                     {"precision", std::string(dtype_name(o.dtype)) + (o.recompute ? ", recompute" : "")},
+                     {"steps", fmt::format("{} of {}", step, o.max_steps)},
+                     {"final loss", fmt::format("train {:.4f}, validation {:.4f}", last_loss, result.final_val_loss)},
+                     {"throughput", fmt::format("{:.0f} tokens/s, MFU {:.1f}% of {:.0f} GFLOPS (measured {} GEMM)",
+                                                result.tokens_per_s, result.mfu * 100, peak, dtype_name(o.dtype))},
+                     {"machine", fmt::format("{} threads, SIMD {}, {}", num_threads(), simd_target_name(), blas_info())},
+                     {"lmcore", LMCORE_VERSION_STRING}});
   return result;
 }
 

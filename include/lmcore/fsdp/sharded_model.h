@@ -58,6 +58,9 @@ struct UnitShard {
 struct CommStats {
   double gather_wait_s = 0, reduce_wait_s = 0;
   std::int64_t gathers = 0, reduce_scatters = 0;
+  // Unsharded buffers (gathered parameters, full gradients, reduce-scatter buffers) alive at once, now
+  // and at most since construction.
+  std::size_t unsharded_bytes = 0, peak_unsharded_bytes = 0;
 };
 
 class ShardedLlama {
@@ -69,6 +72,7 @@ class ShardedLlama {
   ShardedLlama& operator=(const ShardedLlama&) = delete;
 
   model::Llama& model() { return *model_; }
+  const model::Llama& model() const { return *model_; }
   const model::ModelConfig& config() const { return model_->config(); }
   const model::ParameterLayout& layout() const { return model_->layout(); }
   dist::ProcessGroup& group() { return *pg_; }
@@ -105,6 +109,8 @@ class ShardedLlama {
   void reset_comm_stats();
   // Bytes of this rank's persistent state: parameter, gradient and param_dtype shards.
   std::size_t shard_bytes() const;
+  // The most bytes of unsharded parameters and gradients this rank held at once (CommStats).
+  std::size_t peak_unsharded_bytes() const;
 
  private:
   class Access;

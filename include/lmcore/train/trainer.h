@@ -30,9 +30,12 @@ struct TrainOptions {
   // Seconds the run should take when max_steps is 0: the step count is calibrated by timing one
   // forward/backward before training (the built-in default uses 120).
   double time_budget = 0;
-  std::int64_t batch_size = 8;
+  std::int64_t batch_size = 8;   // sequences per micro-batch on each rank
   std::int64_t seq_len = 256;
-  std::int64_t grad_accum = 1;
+  std::int64_t grad_accum = 1;   // micro-batches per optimizer step
+  // Sequences per optimizer step over all ranks; 0: batch_size x world size x grad_accum. When set,
+  // grad_accum follows from it (it must divide by batch_size x world size).
+  std::int64_t global_batch = 0;
   double lr = 1e-3;
   double min_lr_ratio = 0.1;
   std::int64_t warmup = -1;  // -1: 5% of max_steps (at most 200)
@@ -51,6 +54,12 @@ struct TrainOptions {
   std::string log;     // empty: out/metrics.jsonl
   int threads = 0;     // 0: lmcore's default
   bool quiet = false;  // no progress line
+  // Sharded training over the ranks of LMCORE_RANK / LMCORE_WORLD_SIZE / LMCORE_STORE (lmcore launch).
+  bool fsdp = false;
+  int reshard_after_forward = -1;  // -1 / world: free after forward; 0: keep; k: keep 1/k
+  int prefetch = 1;
+  bool separate_rs_group = false;
+  DType reduce_dtype = DType::f32;  // the parameters' dtype is `dtype`
 };
 
 struct TrainResult {
@@ -60,7 +69,11 @@ struct TrainResult {
   bool interrupted = false;      // SIGINT/SIGTERM
   std::string last_checkpoint;
   double tokens_per_s = 0;       // over the run's steps
-  double mfu = 0;                // model flops / (elapsed * measured GEMM peak)
+  double mfu = 0;                // model flops / (elapsed * measured GEMM peak), per rank
+  double comm_wait_s = 0;        // sharded: seconds this rank waited on collectives
+  int rank = 0;                  // sharded: this rank (rank 0 logs, reports and prints)
+  std::size_t state_bytes = 0;   // parameters, gradients and optimizer state kept by this rank
+  std::size_t peak_unsharded_bytes = 0;  // sharded: gathered parameters + full gradients at their peak
 };
 
 // Thrown when a loss or gradient becomes NaN or Inf: names the step and the first bad tensor; the
