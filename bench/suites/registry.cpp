@@ -10,6 +10,7 @@ std::vector<BenchTable> run_lce_suite(const BenchOptions& options);
 std::vector<BenchTable> run_io_suite(const BenchOptions& options);
 std::vector<BenchTable> run_attention_suite(const BenchOptions& options);
 std::vector<BenchTable> run_train_suite(const BenchOptions& options);
+std::vector<BenchTable> run_fsdp_suite(const BenchOptions& options);
 
 const std::vector<BenchSuite>& all_suites() {
   static const std::vector<BenchSuite> suites = {
@@ -21,6 +22,9 @@ const std::vector<BenchSuite>& all_suites() {
       {"attention", "flex attention vs dense sdpa: sliding window, causal, document; forward and backward", run_attention_suite},
       {"train", "Llama training step vs torch 1.13 eager: tokens/s, MFU, peak RSS, f32 and bf16 (--quick: default model)",
        run_train_suite},
+      {"fsdp", "sharded training: step time and exposed communication, 2 and 4 ranks, prefetch and a separate "
+               "reduce-scatter group, loopback and shaped links (--quick: loopback, 2 ranks)",
+       run_fsdp_suite},
   };
   return suites;
 }

@@ -315,6 +315,29 @@ std::string ShardedLlama::first_nonfinite_gradient() {
   return fmt::format("flat element {}", first);
 }
 
+double ShardedLlama::time_step_communication() {
+  const auto t = Clock::now();
+  const int policy = reshard_policy();
+  auto gather = [&](const UnitShard& u, dist::ProcessGroup& g, std::int64_t parts) {
+    Tensor full = Tensor::empty({u.padded}, options_.param_dtype);
+    const Tensor in = parts == world_ ? compute_shard_.narrow(0, u.local, u.shard)
+                                      : Tensor::zeros({u.padded / parts}, options_.param_dtype);
+    g.all_gather_single(full, in);
+  };
+  for (const UnitShard& u : units_) gather(u, *pg_, world_);  // forward
+  for (std::size_t i = units_.size() - 1; i >= 1; --i) {    // backward
+    if (policy == world_) gather(units_[i], *pg_, world_);
+    else if (policy > 1) gather(units_[i], *k_group_, policy);
+  }
+  dist::ProcessGroup& rs = rs_group_ ? *rs_group_ : *pg_;
+  for (std::size_t i = units_.size(); i-- > 0;) {
+    Tensor in = Tensor::zeros({units_[i].padded}, options_.reduce_dtype);
+    Tensor out = Tensor::empty({units_[i].shard}, options_.reduce_dtype);
+    rs.reduce_scatter_single(out, in, {.op = dist::ReduceOp::avg});
+  }
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
 CommStats ShardedLlama::comm_stats() const { return access_->stats_; }
 void ShardedLlama::reset_comm_stats() {
   const std::size_t now = access_->stats_.unsharded_bytes;

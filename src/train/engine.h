@@ -41,6 +41,8 @@ class Engine {
   // Sharded: the most bytes of gathered parameters and unsharded gradients held at once.
   virtual std::size_t peak_unsharded_bytes() const { return 0; }
   virtual fsdp::CommStats comm_stats() const { return {}; }
+  // Sharded: seconds one step's collectives take back to back with nothing to hide them (0 otherwise).
+  virtual double time_step_communication() { return 0; }
 };
 
 class LocalEngine final : public Engine {
@@ -120,6 +122,7 @@ class FsdpEngine final : public Engine {
   }
   std::size_t peak_unsharded_bytes() const override { return model_.peak_unsharded_bytes(); }
   fsdp::CommStats comm_stats() const override { return model_.comm_stats(); }
+  double time_step_communication() override { return model_.time_step_communication(); }
   fsdp::ShardedLlama& sharded() { return model_; }
 
  private:

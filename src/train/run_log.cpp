@@ -38,6 +38,8 @@ RunLog::RunLog(const std::string& path, bool append) : path_(path) {
         r.tokens_per_s = j.value("tokens_per_s", 0.0);
         r.mfu = j.value("mfu", 0.0);
         r.elapsed_s = j.value("elapsed_s", 0.0);
+        r.step_s = j.value("step_s", 0.0);
+        r.comm_wait_s = j.value("comm_wait_s", 0.0);
         steps_.push_back(r);
       } else if (ev == "eval") {
         evals_.push_back({j.value("step", std::int64_t{0}), j.value("val_loss", 0.0)});
@@ -69,7 +71,7 @@ void RunLog::step(const StepRecord& r) {
   steps_.push_back(r);
   write_line({{"event", "step"}, {"step", r.step}, {"loss", number(r.loss)}, {"lr", r.lr},
               {"grad_norm", number(r.grad_norm)}, {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu},
-              {"elapsed_s", r.elapsed_s}});
+              {"elapsed_s", r.elapsed_s}, {"step_s", r.step_s}, {"comm_wait_s", r.comm_wait_s}});
 }
 
 void RunLog::eval(const EvalRecord& r) {

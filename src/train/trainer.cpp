@@ -264,6 +264,8 @@ TrainResult run_training(const TrainOptions& opts) {
   std::unique_ptr<RunLog> log;
   if (lead) log = std::make_unique<RunLog>(log_path, /*append=*/!resume_dir.empty());
   const double peak = measure_peak_gflops(o.dtype);
+  // Sharded: what one step's communication costs with nothing to hide it (also warms the connections).
+  const double comm_step_s = o.fsdp ? e.time_step_communication() : 0.0;
   // Per rank: its share of the step's flops over its own GEMM peak.
   const double flops_per_step = e.flops_per_micro_batch() * static_cast<double>(o.grad_accum);
   const std::int64_t tokens_per_step = micro * o.seq_len * o.grad_accum;
@@ -271,7 +273,9 @@ TrainResult run_training(const TrainOptions& opts) {
     log->event(resume_dir.empty() ? "start" : "resume",
                {{"step", step}, {"params", cfg.num_parameters()}, {"batch_size", o.batch_size}, {"seq_len", o.seq_len},
                 {"grad_accum", o.grad_accum}, {"world_size", world}, {"dtype", std::string(dtype_name(o.dtype))},
-                {"threads", num_threads()}, {"peak_gflops", peak}, {"fsdp", o.fsdp}, {"from", resume_dir}});
+                {"threads", num_threads()}, {"peak_gflops", peak}, {"fsdp", o.fsdp}, {"comm_step_s", comm_step_s},
+                {"reshard_after_forward", o.reshard_after_forward}, {"prefetch", o.prefetch},
+                {"separate_rs_group", o.separate_rs_group}, {"from", resume_dir}});
   if (!o.quiet) {
     fmt::print(stderr, "lmcore train: {:.2f}M parameters ({} layers, dim {}, {} heads / {} kv, ffn {}, vocab {}), {}\n",
                static_cast<double>(cfg.num_parameters()) / 1e6, cfg.n_layers, cfg.dim, cfg.n_heads, cfg.n_kv_heads,
@@ -286,9 +290,10 @@ TrainResult run_training(const TrainOptions& opts) {
                schedule_name(o.schedule), num_threads(), peak);
     if (o.fsdp)
       fmt::print(stderr, "  sharded over {} ranks: reshard after forward {}, prefetch {}, {} reduce-scatter group, "
-                 "reduce in {}; {:.1f} MiB of parameters, gradients and optimizer state on this rank\n",
+                 "reduce in {}; {:.1f} MiB of parameters, gradients and optimizer state on this rank; one step's "
+                 "collectives take {:.3f} s back to back\n",
                  world, o.reshard_after_forward, o.prefetch, o.separate_rs_group ? "separate" : "shared",
-                 dtype_name(o.reduce_dtype), static_cast<double>(e.state_bytes()) / (1 << 20));
+                 dtype_name(o.reduce_dtype), static_cast<double>(e.state_bytes()) / (1 << 20), comm_step_s);
     if (!resume_dir.empty()) fmt::print(stderr, "  resumed from {} at step {}\n", resume_dir, step);
     fmt::print(stderr, "  run folder: {}\n", o.out);
   }
@@ -372,8 +377,8 @@ TrainResult run_training(const TrainOptions& opts) {
     ++step;
     ++steps_this_run;
     last_loss = loss;
-    StepRecord rec{step, loss, lr, norm, static_cast<double>(tokens_per_step) / dt,
-                   flops_per_step / dt / (peak * 1e9), seconds_since(run_start)};
+    StepRecord rec{step,        loss, lr, norm, static_cast<double>(tokens_per_step) / dt,
+                   flops_per_step / dt / (peak * 1e9), seconds_since(run_start), dt, waited};
     if (lead) log->step(rec);
     progress.update(step, fmt::format("loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {:.0f} tok/s | MFU {:.0f}%{}", loss, lr,
                                       norm, rec.tokens_per_s, rec.mfu * 100,

@@ -105,6 +105,11 @@ class ShardedLlama {
   // The first parameter (by layout order) with a non-finite gradient on any rank, or "" (one all_reduce).
   std::string first_nonfinite_gradient();
 
+  // The collectives of one training step run back to back with no compute (all-gathers of every unit
+  // for forward and, as reshard_after_forward needs them, backward; one reduce-scatter per unit), on the
+  // groups they use in training: how long communication takes when nothing hides it. Collective.
+  double time_step_communication();
+
   CommStats comm_stats() const;
   void reset_comm_stats();
   // Bytes of this rank's persistent state: parameter, gradient and param_dtype shards.

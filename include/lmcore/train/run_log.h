@@ -2,7 +2,8 @@
 // self-contained report.html with the loss curves and throughput drawn as inline SVG.
 //
 // Each line of the log is one JSON object with an "event" field:
-//   {"event":"step","step":12,"loss":4.81,"lr":0.0006,"grad_norm":1.9,"tokens_per_s":5120,"mfu":0.41,"elapsed_s":31.2}
+//   {"event":"step","step":12,"loss":4.81,"lr":0.0006,"grad_norm":1.9,"tokens_per_s":5120,"mfu":0.41,"elapsed_s":31.2,
+//    "step_s":0.4,"comm_wait_s":0.01}
 //   {"event":"eval","step":50,"val_loss":4.55}
 //   {"event":"checkpoint","step":100,"path":"runs/x/checkpoints/step_00000100","seconds":0.4}
 //   {"event":"start" | "resume" | "interrupted" | "diverged" | "end", ...}
@@ -21,6 +22,8 @@ namespace lmcore::train {
 struct StepRecord {
   std::int64_t step = 0;
   double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, mfu = 0, elapsed_s = 0;
+  double step_s = 0;       // wall time of the step
+  double comm_wait_s = 0;  // sharded training: time waiting on collectives in the step (exposed)
 };
 struct EvalRecord {
   std::int64_t step = 0;

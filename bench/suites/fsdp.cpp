@@ -1,0 +1,178 @@
+// lmcore bench fsdp — sharded training steps: step time, tokens/s and exposed communication (the time
+// a rank waits on collectives) for 2 and 4 ranks, with and without prefetch and the separate
+// reduce-scatter group, over loopback and over network namespaces joined by shaped links
+// (bench/fsdp_netns.sh: needs root). Hidden = 1 - exposed / the step's collectives run back to back
+// (measured by each run before training, on the same links).
+//
+// Each configuration is one `lmcore train --fsdp` run (its ranks started by `lmcore launch`, or by the
+// namespace script) on the built-in corpus; the figures are rank 0's medians over the steps after the
+// first two. --quick: loopback, 2 ranks, neither and both. --ranks=2,4 --net=loopback,shaped
+// --rate=1gbit --steps=N pick a subset.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "bench/suites/bench_suite.h"
+#include "lmcore/core/error.h"
+#include "lmcore/model/config.h"
+#include "lmcore/train/builtin_corpus.h"
+
+namespace lmcore::bench {
+
+namespace {
+
+struct RunFigures {
+  double step_s = -1, tokens_per_s = -1, wait_s = -1, comm_s = -1;
+  std::string error;
+};
+
+double median(std::vector<double> v) {
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+RunFigures read_run(const std::string& out_dir, std::int64_t skip) {
+  RunFigures f;
+  std::ifstream in(out_dir + "/metrics.jsonl");
+  std::vector<double> step, tps, wait;
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded()) continue;
+    if (j["event"] == "start") f.comm_s = j.value("comm_step_s", -1.0);
+    if (j["event"] == "step" && j.value("step", 0) > skip) {
+      step.push_back(j.value("step_s", 0.0));
+      tps.push_back(j.value("tokens_per_s", 0.0));
+      wait.push_back(j.value("comm_wait_s", 0.0));
+    }
+  }
+  if (step.empty()) {
+    f.error = "no steps logged in " + out_dir;
+    return f;
+  }
+  f.step_s = median(step);
+  f.tokens_per_s = median(tps);
+  f.wait_s = median(wait);
+  return f;
+}
+
+std::string self_exe() {
+  std::error_code ec;
+  const auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("lmcore") : p.string();
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+}  // namespace
+
+std::vector<BenchTable> run_fsdp_suite(const BenchOptions& options) {
+  std::vector<int> rank_counts = options.quick ? std::vector<int>{2} : std::vector<int>{2, 4};
+  std::vector<std::string> nets = options.quick ? std::vector<std::string>{"loopback"}
+                                                : std::vector<std::string>{"loopback", "shaped"};
+  std::string rate = "1gbit";
+  std::int64_t steps = options.quick ? 4 : 8;
+  for (const std::string& a : options.args) {
+    if (a.rfind("--ranks=", 0) == 0) {
+      rank_counts.clear();
+      for (const auto& r : split_list(a.substr(8))) rank_counts.push_back(std::stoi(r));
+    } else if (a.rfind("--net=", 0) == 0) {
+      nets = split_list(a.substr(6));
+    } else if (a.rfind("--rate=", 0) == 0) {
+      rate = a.substr(7);
+    } else if (a.rfind("--steps=", 0) == 0) {
+      steps = std::max<std::int64_t>(3, std::stoll(a.substr(8)));
+    } else {
+      fail("bench fsdp: unknown argument '{}' (expected --ranks=2,4 --net=loopback,shaped --rate=1gbit --steps=N)", a);
+    }
+  }
+  const train::PreparedData data = train::prepare_builtin_corpus(train::default_corpus_cache_dir(), false);
+  const std::string tmp =
+      (std::filesystem::temp_directory_path() / fmt::format("lmcore_bench_fsdp_{}", ::getpid())).string();
+  std::filesystem::create_directories(tmp);
+  // A model whose step moves about as many bytes as it computes on a 1 Gbit/s link with 1 thread per rank.
+  model::ModelConfig c;
+  c.vocab_size = data.vocab_size;
+  c.dim = 256;
+  c.n_layers = 8;
+  c.n_heads = 4;
+  c.n_kv_heads = 4;
+  c.ffn_dim = 704;
+  c.max_seq_len = 128;
+  c.tie_embeddings = true;
+  c.eos_token_id = data.eos_token;
+  std::ofstream(tmp + "/config.json") << c.to_json();
+  const std::string exe = self_exe();
+  const std::string script = std::string(LMCORE_SOURCE_DIR) + "/bench/fsdp_netns.sh";
+  const bool can_shape = ::geteuid() == 0 && std::filesystem::exists(script);
+
+  BenchTable t;
+  t.title = fmt::format("FSDP training step ({:.1f}M parameters, 4 x 128 tokens per rank, 1 thread per rank)",
+                        static_cast<double>(c.num_parameters()) / 1e6);
+  t.columns = {"network", "ranks", "prefetch", "separate RS", "step s", "tokens/s", "exposed comm s", "comm s",
+               "hidden %", "x neither"};
+  struct Variant {
+    int prefetch;
+    bool separate;
+  };
+  const std::vector<Variant> variants = options.quick ? std::vector<Variant>{{0, false}, {1, true}}
+                                                      : std::vector<Variant>{{0, false}, {1, false}, {0, true}, {1, true}};
+  for (const std::string& net : nets) {
+    if (net == "shaped" && !can_shape) {
+      t.notes.push_back("shaped network skipped: needs root and bench/fsdp_netns.sh");
+      continue;
+    }
+    for (int ranks : rank_counts) {
+      double neither = -1;
+      for (const Variant& v : variants) {
+        const std::string out = fmt::format("{}/{}_{}_{}_{}", tmp, net, ranks, v.prefetch, v.separate);
+        const std::string train_cmd = fmt::format(
+            "{} train --fsdp --config {}/config.json --data '{}' --out {} --max-steps {} --batch-size 4 --seq-len 128 "
+            "--eval-every 1000 --threads 1 --quiet --prefetch {}{}",
+            exe, tmp, data.train_glob, out, steps, v.prefetch, v.separate ? " --separate-rs-group" : "");
+        const std::string cmd =
+            net == "loopback"
+                ? fmt::format("{} launch --nproc {} -- {} > {}.log 2>&1", exe, ranks, train_cmd, out)
+                : fmt::format("bash {} --ranks {} --rate {} --delay 1ms -- {} > {}.log 2>&1", script, ranks, rate,
+                              train_cmd, out);
+        const int rc = std::system(cmd.c_str());
+        RunFigures f = rc == 0 ? read_run(out, 2) : RunFigures{.error = fmt::format("exit status {}", rc)};
+        if (!f.error.empty()) {
+          std::ifstream log(out + ".log");
+          std::string tail((std::istreambuf_iterator<char>(log)), {});
+          t.notes.push_back(fmt::format("{} {} ranks prefetch {} separate {}: {}: {}", net, ranks, v.prefetch,
+                                        v.separate, f.error, tail.substr(tail.size() > 400 ? tail.size() - 400 : 0)));
+          continue;
+        }
+        if (v.prefetch == 0 && !v.separate) neither = f.step_s;
+        auto r3 = [](double x) { return std::round(x * 1000) / 1000; };
+        t.rows.push_back({net == "shaped" ? fmt::format("shaped {}", rate) : net, ranks, v.prefetch,
+                          v.separate ? "yes" : "no", r3(f.step_s), std::round(f.tokens_per_s), r3(f.wait_s),
+                          r3(f.comm_s), f.comm_s > 0 ? std::round(1000 * (1 - f.wait_s / f.comm_s)) / 10 : -1.0,
+                          neither > 0 ? nlohmann::json(std::round(100 * neither / f.step_s) / 100) : nlohmann::json("-")});
+      }
+    }
+  }
+  t.notes.push_back(fmt::format("step s, tokens/s, exposed comm: rank 0's medians over steps 3..{}; comm s: the step's "
+                                "collectives back to back with no compute (measured by the same run, same links)",
+                                steps));
+  t.notes.push_back("shaped: bench/fsdp_netns.sh (network namespaces, veth, tc netem, or tbf rate limit where the kernel "
+                    "has no netem)");
+  std::filesystem::remove_all(tmp);
+  return {t};
+}
+
+}  // namespace lmcore::bench
