@@ -1,6 +1,8 @@
 // lmcore convert IN OUT [--to safetensors|torch] — converts any checkpoint lmcore reads into
 // safetensors or PyTorch's zip format (chosen by OUT's extension or --to), then reads OUT back and
 // checks every tensor (name, dtype, shape, bytes) against IN.
+// lmcore convert --consolidate DIR OUT — merges a training checkpoint (sharded at any world size, or
+// not) into one Hugging Face-style folder OUT (model.safetensors + config.json).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -10,6 +12,7 @@
 #include "lmcore/io/checkpoint.h"
 #include "lmcore/io/safetensors.h"
 #include "lmcore/io/torch_format.h"
+#include "lmcore/train/checkpoint.h"
 #include "tools/command.h"
 
 namespace lmcore::cli {
@@ -26,11 +29,36 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
 int run_convert(int argc, char** argv) {
   CLI::App app{"Convert a checkpoint to safetensors or PyTorch (.pt), then verify the result.", "lmcore convert"};
   std::string in, out, to;
-  app.add_option("in", in, "input checkpoint (any format lmcore reads)")->required();
-  app.add_option("out", out, "output file")->required();
+  bool consolidate = false;
+  app.add_option("in", in, "input checkpoint (any format lmcore reads); with --consolidate a training checkpoint folder or run folder")->required();
+  app.add_option("out", out, "output file; with --consolidate the output folder")->required();
   app.add_option("--to", to, "output format (default: from OUT's extension)")
       ->check(CLI::IsMember({"safetensors", "torch"}));
+  app.add_flag("--consolidate", consolidate,
+               "merge a (sharded) training checkpoint into OUT/model.safetensors + OUT/config.json (default: off)");
   CLI11_PARSE(app, argc, argv);
+
+  if (consolidate) {
+    if (!to.empty() && to != "safetensors") {
+      fmt::print(stderr, "lmcore convert: --consolidate writes safetensors, found --to {}\n", to);
+      return 2;
+    }
+    try {
+      const std::string dir = train::resolve_checkpoint(in);
+      const train::CheckpointReader reader(dir);
+      train::consolidate_checkpoint(dir, out);
+      const io::LoadResult back = io::load((std::filesystem::path(out) / "model.safetensors").string());
+      std::uint64_t bytes = 0;
+      for (const auto& e : back.tensors) bytes += e.tensor.nbytes();
+      fmt::print("{} ({}) -> {}/model.safetensors: {} tensors, {} bytes\n", dir,
+                 reader.world_size() > 0 ? fmt::format("{} shards", reader.world_size()) : std::string("single process"),
+                 out, back.tensors.size(), bytes);
+    } catch (const Error& e) {
+      fmt::print(stderr, "lmcore convert: {}\n", e.what());
+      return 1;
+    }
+    return 0;
+  }
 
   if (to.empty()) {
     const std::string ext = std::filesystem::path(out).extension().string();
