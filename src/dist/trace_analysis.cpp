@@ -2,11 +2,15 @@
 // names the first collective where they disagree.
 //
 // For each sequence number s that every rank's ring buffer still covers (s >= the newest "oldest
-// entry" among ranks), a rank is
-//   * missing  when its newest collective is older than s (it never called s), or it sent no dump;
+// entry" among ranks), a rank with a dump is
+//   * missing   when its dump has no entry s (it never called s);
 //   * differing when it called s with another op, dtype or element counts than the majority.
-// The first s with a missing or differing rank is the answer. If none differ, the report names the
-// first collective that did not complete everywhere, if any.
+// A rank without a dump (the usual case for a killed rank: it wrote nothing) cannot be judged by its
+// own record, but a collective that completed on any rank was entered by every rank. So the answer
+// is the first s with a missing or differing rank, or, when some rank sent no dump, the first s not
+// completed on every rank that did; ranks without a dump are listed as missing from it. With every
+// dump present and in agreement, the report names the first collective that did not complete
+// everywhere, if any.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -70,22 +74,26 @@ TraceAnalysis analyze_traces(const std::vector<TraceDump>& all_dumps) {
   std::int64_t first_incomplete = -1;
   for (std::int64_t s = lo; s <= hi; ++s) {
     std::map<std::string, std::vector<int>> sigs;
-    std::vector<int> missing = no_dump;
+    std::vector<int> absent;  // ranks whose dump has no entry s
     std::map<int, const TraceEntry*> present;
     bool all_completed = true;
     for (const auto& [rank, m] : coll) {
       auto it = m.find(s);
       if (it == m.end()) {
-        missing.push_back(rank);
+        absent.push_back(rank);
         continue;
       }
       present[rank] = it->second;
       sigs[signature(*it->second)].push_back(rank);
       if (it->second->state != "completed") all_completed = false;
     }
-    std::sort(missing.begin(), missing.end());
     if (!all_completed && first_incomplete < 0) first_incomplete = s;
-    if (missing.empty() && sigs.size() <= 1) continue;
+    const bool disagree = !absent.empty() || sigs.size() > 1;
+    // Completed on every rank with a dump: the ranks without one entered it too.
+    if (!disagree && (no_dump.empty() || all_completed)) continue;
+    std::vector<int> missing = absent;
+    missing.insert(missing.end(), no_dump.begin(), no_dump.end());
+    std::sort(missing.begin(), missing.end());
 
     // The majority signature is "the" call; ranks with another one differ.
     auto best = std::max_element(sigs.begin(), sigs.end(),
@@ -110,6 +118,11 @@ TraceAnalysis analyze_traces(const std::vector<TraceDump>& all_dumps) {
     }
     std::sort(out.differing_ranks.begin(), out.differing_ranks.end());
     if (!missing.empty()) lines += fmt::format("  ranks missing from it: {}\n", fmt::join(missing, ", "));
+    if (!no_dump.empty()) {
+      lines += fmt::format("  no dump from ranks {}: every collective before seq {} completed on the ranks that "
+                           "sent one, so they stopped in or before seq {}\n",
+                           fmt::join(no_dump, ", "), s, s);
+    }
     for (const auto& [rank, e] : present) {
       lines += fmt::format("  rank {}: {}{}\n", rank, e->state, e->error.empty() ? "" : " (" + e->error + ")");
     }
@@ -118,10 +131,14 @@ TraceAnalysis analyze_traces(const std::vector<TraceDump>& all_dumps) {
   }
 
   if (!no_dump.empty()) {
+    // Nothing to name: every recorded collective completed, so the ranks without a dump stopped after
+    // seq hi (or their dumps were lost).
     out.agree = false;
     out.missing_ranks = no_dump;
-    out.first_seq = lo;
-    out.report = fmt::format("no dump from ranks {} (world size {})\n", fmt::join(no_dump, ", "), world);
+    out.first_seq = -1;
+    out.report = fmt::format("no dump from rank {} (world size {}); every collective in the other dumps ({}..{}) "
+                             "completed, so the missing ranks stopped after seq {}\n",
+                             fmt::join(no_dump, ", "), world, lo, hi, hi);
   } else if (first_incomplete >= 0) {
     out.report = fmt::format("all ranks agree on collectives {}..{}; seq {} did not complete everywhere\n", lo, hi,
                              first_incomplete);

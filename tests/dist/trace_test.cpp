@@ -55,6 +55,44 @@ TEST(TraceAnalysis, AgreementAndMissingDumps) {
   EXPECT_EQ(missing.missing_ranks, std::vector<int>{1});
 }
 
+// Issue 13, defect 9: a killed rank writes no dump. It used to count as absent from every sequence
+// number, so the report named the first collective in the buffers (seq 0 here) instead of the one
+// it died in. A collective that completed on any rank was entered by every rank.
+TEST(TraceAnalysis, ARankWithoutADumpIsMissingFromTheFirstCollectiveNotCompletedEverywhere) {
+  std::vector<TraceEntry> survivor;
+  for (int s = 0; s < 5; ++s) survivor.push_back(entry(s, s % 2 == 0 ? "all_reduce" : "all_gather_single", 8));
+  survivor.push_back(entry(5, "reduce_scatter_single", 8, "failed"));
+  auto a = analyze_traces({dump(0, 3, survivor), dump(2, 3, survivor)});
+  EXPECT_FALSE(a.agree);
+  EXPECT_EQ(a.first_seq, 5) << a.report;
+  EXPECT_EQ(a.op, "reduce_scatter_single");
+  EXPECT_EQ(a.missing_ranks, std::vector<int>{1});
+  EXPECT_NE(a.report.find("collective seq 5 (reduce_scatter_single"), std::string::npos) << a.report;
+  EXPECT_NE(a.report.find("no dump"), std::string::npos) << a.report;
+
+  // Completed on one survivor, not on the other (the rank died after its data reached rank 0):
+  // still the first collective not completed everywhere.
+  std::vector<TraceEntry> half = survivor;
+  half.back().state = "completed";
+  auto b = analyze_traces({dump(0, 3, half), dump(2, 3, survivor)});
+  EXPECT_EQ(b.first_seq, 5) << b.report;
+  EXPECT_EQ(b.missing_ranks, std::vector<int>{1});
+
+  // A rank with a dump that stopped earlier is missing from its first absent collective, together
+  // with the rank that left none.
+  std::vector<TraceEntry> early(survivor.begin(), survivor.begin() + 3);
+  auto c = analyze_traces({dump(0, 4, survivor), dump(2, 4, early), dump(3, 4, survivor)});
+  EXPECT_EQ(c.first_seq, 3) << c.report;
+  EXPECT_EQ(c.missing_ranks, (std::vector<int>{1, 2}));
+
+  // Every recorded collective completed: no collective can be named, only the rank without a dump.
+  auto d = analyze_traces({dump(0, 2, {entry(0, "barrier", 0), entry(1, "all_reduce", 8)})});
+  EXPECT_FALSE(d.agree);
+  EXPECT_EQ(d.first_seq, -1) << d.report;
+  EXPECT_EQ(d.missing_ranks, std::vector<int>{1});
+  EXPECT_NE(d.report.find("no dump from rank 1"), std::string::npos) << d.report;
+}
+
 TEST(TraceAnalysis, RingBufferWindowsAreAligned) {
   // Rank 1's buffer starts later (older entries overwritten): compare from seq 10 on.
   auto a = analyze_traces({dump(0, 2, {entry(8, "x", 1), entry(9, "x", 1), entry(10, "y", 1), entry(11, "z", 1)}),

@@ -11,7 +11,9 @@
 //       "t_enqueue": 1764670000.1, "t_start": 1764670000.1, "t_end": 1764670000.2, "error": ""}, ...]}
 //
 // `lmcore trace DUMP...` loads one dump per rank and names the first collective where ranks
-// disagree (a rank never reached it, or reached it with another op or size) and the missing ranks:
+// disagree (a rank never reached it, or reached it with another op or size) and the missing ranks.
+// A rank killed outright leaves no dump; it is named missing from the first collective that did not
+// complete on every other rank (one that completed anywhere was entered by every rank):
 //
 //   auto a = analyze_traces({load_trace_dump("rank0.json"), load_trace_dump("rank1.json")});
 //   std::cout << a.report;
@@ -50,7 +52,9 @@ std::string trace_dump_to_json(const TraceDump& dump);
 
 struct TraceAnalysis {
   bool agree = true;                // no disagreement found
-  std::int64_t first_seq = -1;      // first collective where ranks disagree
+  // First collective where ranks disagree, or (when a rank sent no dump, as a killed rank does) the
+  // first one not completed on every rank that sent one; -1 when none can be named.
+  std::int64_t first_seq = -1;
   std::string op;                   // its op, as the ranks that reached it saw it
   std::vector<int> missing_ranks;   // ranks that never reached it (or sent no dump)
   std::vector<int> differing_ranks; // ranks that reached it with another op, dtype or size
