@@ -86,6 +86,14 @@ py::object finish(std::vector<py::object> keep, bool async_op, Async&& async_cal
   return py::none();
 }
 
+// A deprecated alias: one FutureWarning per process through Python's warnings module (filters
+// apply: under "error" it raises), and none from the C++ side.
+void warn_deprecated(const char* old_name, const char* new_name) {
+  if (!dist::claim_deprecation_warning(old_name)) return;
+  const std::string msg = fmt::format("{} is deprecated, use {}", old_name, new_name);
+  if (PyErr_WarnEx(PyExc_FutureWarning, msg.c_str(), 1) < 0) throw py::error_already_set();
+}
+
 }  // namespace
 
 void bind_dist(py::module_& m) {
@@ -220,19 +228,19 @@ void bind_dist(py::module_& m) {
            py::arg("tensor"), py::arg("src"), py::arg("timeout") = py::none(), py::arg("async_op") = false)
       .def("all_gather_into_tensor",
            [](ProcessGroup& pg, const py::object& out, const py::object& in, std::optional<double> timeout) {
-             PyErr_WarnEx(PyExc_FutureWarning, "all_gather_into_tensor is deprecated, use all_gather_single", 1);
+             warn_deprecated("all_gather_into_tensor", "all_gather_single");
              Tensor o = to_tensor(out, "output"), i = to_tensor(in, "input");
              py::gil_scoped_release release;
-             pg.all_gather_into_tensor(o, i, call_opts(timeout));
+             pg.all_gather_single(o, i, call_opts(timeout));
            },
            py::arg("output"), py::arg("input"), py::arg("timeout") = py::none())
       .def("reduce_scatter_tensor",
            [](ProcessGroup& pg, const py::object& out, const py::object& in, const std::string& op,
               std::optional<double> timeout) {
-             PyErr_WarnEx(PyExc_FutureWarning, "reduce_scatter_tensor is deprecated, use reduce_scatter_single", 1);
+             warn_deprecated("reduce_scatter_tensor", "reduce_scatter_single");
              Tensor o = to_tensor(out, "output"), i = to_tensor(in, "input");
              py::gil_scoped_release release;
-             pg.reduce_scatter_tensor(o, i, reduce_opts(op, 1.0, timeout));
+             pg.reduce_scatter_single(o, i, reduce_opts(op, 1.0, timeout));
            },
            py::arg("output"), py::arg("input"), py::arg("op") = "sum", py::arg("timeout") = py::none())
       .def("abort", [](ProcessGroup& pg) { pg.abort(); }, "Releases blocked calls from any thread; the group is unusable after.")

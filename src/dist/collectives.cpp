@@ -106,7 +106,7 @@ constexpr int kRingInflight = 4;
 constexpr std::size_t kMinRingPiece = 128 * 1024;
 
 int ring_chunks(const Exec& ex, std::size_t max_len) {
-  const std::size_t c = std::max<std::size_t>(ex.group().options.ring_chunk_bytes, 1);
+  const std::size_t c = std::max<std::size_t>(ex.group().config.ring_chunk_bytes, 1);
   // At least two pieces once a segment is large: a neighbour can then forward the first half
   // while the second is still arriving (Gloo's own ring allgather always halves its segments).
   const std::size_t at_least = max_len >= 2 * kMinRingPiece ? 2 : 1;
@@ -114,7 +114,7 @@ int ring_chunks(const Exec& ex, std::size_t max_len) {
 }
 // At most `chunks`: piece (k-1, j) must complete before piece (k, j), which forwards it, is posted.
 int ring_inflight(int chunks) { return std::min(chunks, kRingInflight); }
-std::size_t direct_bytes(const Exec& ex) { return ex.group().options.direct_max_bytes; }
+std::size_t direct_bytes(const Exec& ex) { return ex.group().config.direct_max_bytes; }
 
 // Piece j of `chunks` of a byte range of `len` bytes starting at `off`, cut at multiples of `align`.
 void piece_of(std::size_t off, std::size_t len, int j, int chunks, std::size_t align, std::size_t& o, std::size_t& l) {
@@ -427,8 +427,8 @@ Header make_header(const GroupImpl& g, const OpDesc& op) {
   h.op = static_cast<std::uint8_t>(op.kind);
   h.rop = static_cast<std::uint8_t>(op.rop);
   h.root = op.kind == OpKind::broadcast ? op.peer : -1;
-  h.direct_max_bytes = g.options.direct_max_bytes;
-  h.ring_chunk_bytes = g.options.ring_chunk_bytes;
+  h.direct_max_bytes = g.config.direct_max_bytes;
+  h.ring_chunk_bytes = g.config.ring_chunk_bytes;
   const Tensor& in = op.b.defined() ? op.b : op.a;
   if (in.defined()) {
     h.dtype_in = static_cast<std::uint8_t>(in.dtype());

@@ -1,12 +1,15 @@
 // Structured JSON-lines logs (LMCORE_DIST_LOG) and the once-per-process deprecation warnings.
 #include "src/dist/dist_log.h"
 
+#include "lmcore/dist/process_group.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <set>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -68,14 +71,25 @@ void DistLog::event(int rank, int generation, const std::string& event, const st
   write_line(j.dump());
 }
 
+namespace {
+std::mutex deprecation_mu;
+std::set<std::string, std::less<>> deprecation_warned;  // guarded by deprecation_mu
+
+bool first_deprecation(std::string_view old_name) {
+  std::lock_guard<std::mutex> lock(deprecation_mu);
+  return deprecation_warned.emplace(old_name).second;
+}
+}  // namespace
+
 bool warn_deprecated_once(const char* old_name, const char* new_name) {
-  static std::mutex mu;
-  static std::set<std::string> warned;
-  std::lock_guard<std::mutex> lock(mu);
-  if (!warned.insert(old_name).second) return false;
+  if (!first_deprecation(old_name)) return false;
   std::fprintf(stderr, "lmcore.dist: %s is deprecated, use %s\n", old_name, new_name);
   std::fflush(stderr);
   return true;
 }
 
 }  // namespace lmcore::dist::detail
+
+namespace lmcore::dist {
+bool claim_deprecation_warning(std::string_view old_name) { return detail::first_deprecation(old_name); }
+}  // namespace lmcore::dist

@@ -39,8 +39,9 @@ class DistLog {
   std::mutex mu_;
 };
 
-// One deprecation warning per process and name: "lmcore.dist: all_gather_into_tensor is deprecated,
-// use all_gather_single". Returns true the first time.
+// One deprecation warning per process and name, on stderr: "lmcore.dist: all_gather_into_tensor is
+// deprecated, use all_gather_single". Returns true the first time; silent once the name was claimed
+// (claim_deprecation_warning in process_group.h).
 bool warn_deprecated_once(const char* old_name, const char* new_name);
 
 }  // namespace lmcore::dist::detail

@@ -22,6 +22,7 @@
 #include "lmcore/dist/process_group.h"
 #include "src/dist/dist_log.h"
 #include "src/dist/flight_recorder_impl.h"
+#include "src/dist/group_config.h"
 
 namespace lmcore::dist::detail {
 
@@ -91,18 +92,16 @@ struct Header {
 };
 
 struct GroupImpl : std::enable_shared_from_this<GroupImpl> {
-  GroupOptions options;
+  GroupConfig config;                  // options and the default call timeout (set_timeout)
   std::shared_ptr<Store> root_store;   // the store as opened
   std::shared_ptr<Store> group_store;  // keys under "<name>/"
   int rank = 0;
   int size = 1;
   int generation = 0;
   std::int64_t join_consumed = 0;      // join tickets admitted so far
-  std::string host;
   std::shared_ptr<gloo::transport::Device> device;
   std::shared_ptr<gloo::rendezvous::Context> context;
 
-  std::atomic<std::int64_t> timeout_ms{30000};
   std::int64_t next_seq = 0;                      // guarded by queue_mu
   std::vector<std::uint64_t> p2p_sent, p2p_recvd;  // guarded by queue_mu
 
@@ -160,7 +159,8 @@ struct GroupImpl : std::enable_shared_from_this<GroupImpl> {
   void mark_broken(const std::string& why);
   // The roll call after a failure of collective `op` (see roll_call in process_group.cpp); returns
   // the ranks that did not answer (all others, with *note set, when the store is unreachable).
-  std::vector<int> roll_call(const OpDesc& op, std::string* note);
+  // connection_failed: a connection broke (or a peer posted a failure) before the deadline.
+  std::vector<int> roll_call(const OpDesc& op, bool connection_failed, std::string* note);
   // Writes "g<gen>/alive/<rank>" = the last sequence number this rank reached (+ " failed").
   // failed_there: this rank's own call `reached` failed (a live rank held back by the failure).
   void answer_roll_call(std::int64_t reached, bool failed_there = false);

@@ -116,7 +116,8 @@ std::shared_ptr<GroupImpl> reform(GroupImpl& g, const ShrinkOptions& options, bo
   g.log.event(g.rank, g.generation, opname,
               fmt::format("generation {} -> {}: members [{}] + {} joiners; new rank {} of {}", g.generation,
                           g.generation + 1, fmt::join(d.members, ", "), n_join, new_rank, new_size));
-  return make_group(g.options, g.root_store, g.device, new_rank, new_size, g.generation + 1, d.joiners_upto);
+  // The config as it is now, with any set_timeout() since the group was made.
+  return make_group(g.config, g.root_store, g.device, new_rank, new_size, g.generation + 1, d.joiners_upto);
 }
 
 }  // namespace detail
@@ -130,11 +131,11 @@ ProcessGroup ProcessGroup::reconfigure(const ShrinkOptions& options) {
 }
 
 ProcessGroup ProcessGroup::join(GroupOptions options, std::chrono::milliseconds wait) {
-  GroupOptions o = detail::resolve_options(std::move(options), false);
-  auto root = open_store(o.store_url, std::chrono::milliseconds(1000));
-  auto gs = prefix_store(root, o.name + "/");
+  const detail::GroupConfig config = detail::GroupConfig::resolve(options);
+  auto root = open_store(config.store_url, std::chrono::milliseconds(1000));
+  auto gs = prefix_store(root, config.name + "/");
   const std::int64_t ticket = gs->add("join/next", 1);
-  gs->set(fmt::format("join/ticket/{}", ticket), o.host);
+  gs->set(fmt::format("join/ticket/{}", ticket), config.host);
   std::string assign;
   try {
     assign = gs->get(fmt::format("join/assign/{}", ticket), wait);
@@ -142,15 +143,13 @@ ProcessGroup ProcessGroup::join(GroupOptions options, std::chrono::milliseconds 
     throw DistError(DistErrorKind::timeout, "join", -1, {},
                     fmt::format("join: group '{}' did not admit this process (ticket {}) within {} ms: no member "
                                 "called reconfigure() ({})",
-                                o.name, ticket, wait.count(), e.what()));
+                                config.name, ticket, wait.count(), e.what()));
   }
   int gen = 0, rank = 0, size = 0;
   long long consumed = 0;
   LMCORE_CHECK(std::sscanf(assign.c_str(), "%d %d %d %lld", &gen, &rank, &size, &consumed) == 4,
                "join: malformed assignment '{}' for ticket {}", assign, ticket);
-  o.rank = rank;
-  o.world_size = size;
-  return ProcessGroup(detail::make_group(o, root, nullptr, rank, size, gen, consumed));
+  return ProcessGroup(detail::make_group(config, root, nullptr, rank, size, gen, consumed));
 }
 
 }  // namespace lmcore::dist

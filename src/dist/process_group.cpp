@@ -1,10 +1,7 @@
 // ProcessGroup's life cycle: options from the environment, rendezvous over the store, the worker
 // that runs calls in order, failure handling (roll call, trace dump, logs), abort, and the Work
 // handle. Shrink/reconfigure/join are in membership.cpp; the algorithms in collectives.cpp.
-#include <arpa/inet.h>
-#include <netdb.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -85,82 +82,7 @@ class GlooStore final : public gloo::rendezvous::Store {
   std::chrono::milliseconds timeout_;
 };
 
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  try {
-    return std::stoi(v);
-  } catch (const std::exception&) {
-    fail("ProcessGroup: environment variable {}='{}' is not an integer", name, v);
-  }
-}
-
-std::string env_str(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? std::string() : std::string(v);
-}
-
-// The local address that routes to host:port (connect(2) on a UDP socket sends nothing).
-std::string local_address_towards(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || res == nullptr) return "";
-  std::string out;
-  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
-  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
-    sockaddr_in local{};
-    socklen_t len = sizeof(local);
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-      char buf[INET_ADDRSTRLEN];
-      if (inet_ntop(AF_INET, &local.sin_addr, buf, sizeof(buf))) out = buf;
-    }
-  }
-  if (fd >= 0) ::close(fd);
-  freeaddrinfo(res);
-  return out;
-}
-
 }  // namespace
-
-GroupOptions resolve_options(GroupOptions o, bool need_rank) {
-  if (need_rank) {
-    if (o.rank < 0) o.rank = env_int("LMCORE_RANK", -1);
-    if (o.world_size < 0) o.world_size = env_int("LMCORE_WORLD_SIZE", -1);
-    LMCORE_CHECK(o.world_size >= 1, "ProcessGroup: world_size {} (LMCORE_WORLD_SIZE) must be >= 1", o.world_size);
-    LMCORE_CHECK(o.rank >= 0 && o.rank < o.world_size,
-                 "ProcessGroup: rank {} (LMCORE_RANK) must be in [0, world_size {})", o.rank, o.world_size);
-  }
-  if (o.store_url.empty()) o.store_url = env_str("LMCORE_STORE");
-  LMCORE_CHECK(!o.store_url.empty(), "ProcessGroup: no store: pass store_url or set LMCORE_STORE "
-                                     "(file:///path or redis://host:port)");
-  if (const int t = env_int("LMCORE_DIST_TIMEOUT_MS", 0); t > 0 && o.timeout == GroupOptions{}.timeout) {
-    o.timeout = std::chrono::milliseconds(t);
-  }
-  LMCORE_CHECK(o.timeout.count() > 0, "ProcessGroup: timeout must be positive, found {} ms", o.timeout.count());
-  if (const int t = env_int("LMCORE_DIST_CONNECT_TIMEOUT_MS", 0); t > 0) o.connect_timeout = std::chrono::milliseconds(t);
-  LMCORE_CHECK(o.connect_timeout.count() > 0, "ProcessGroup: connect_timeout must be positive, found {} ms",
-               o.connect_timeout.count());
-  if (const int n = env_int("LMCORE_DIST_TRACE_SIZE", 0); n > 0) o.trace_size = n;
-  if (o.trace_dir.empty()) o.trace_dir = env_str("LMCORE_DIST_TRACE_DIR");
-  if (o.trace_dir.empty()) {
-    const std::string tmp = env_str("TMPDIR");
-    o.trace_dir = (tmp.empty() ? std::string("/tmp") : tmp) + "/lmcore-trace";
-  }
-  if (o.host.empty()) o.host = env_str("LMCORE_DIST_HOST");
-  if (o.host.empty()) {
-    if (o.store_url.rfind("redis://", 0) == 0) {
-      std::string rest = o.store_url.substr(8);
-      const auto colon = rest.rfind(':');
-      const std::string h = rest.substr(0, colon);
-      const int port = colon == std::string::npos ? 6379 : std::atoi(rest.substr(colon + 1).c_str());
-      o.host = local_address_towards(h, port);
-    }
-    if (o.host.empty()) o.host = "127.0.0.1";
-  }
-  return o;
-}
 
 // Gloo writes to its sockets with writev(), which raises SIGPIPE when the peer has died; the default
 // action would kill this rank on the spot, silently, instead of letting the collective report the dead
@@ -178,20 +100,18 @@ void ignore_sigpipe_unless_handled() {
   });
 }
 
-std::shared_ptr<GroupImpl> make_group(const GroupOptions& o, std::shared_ptr<Store> root,
+std::shared_ptr<GroupImpl> make_group(const GroupConfig& o, std::shared_ptr<Store> root,
                                       std::shared_ptr<gloo::transport::Device> device, int rank, int size,
                                       int generation, std::int64_t join_consumed) {
   ignore_sigpipe_unless_handled();
   auto g = std::make_shared<GroupImpl>();
-  g->options = o;
+  g->config = o;
   g->root_store = root;
   g->group_store = prefix_store(root, o.name + "/");
   g->rank = rank;
   g->size = size;
   g->generation = generation;
   g->join_consumed = join_consumed;
-  g->host = o.host;
-  g->timeout_ms = o.timeout.count();
   g->p2p_sent.assign(static_cast<std::size_t>(size), 0);
   g->p2p_recvd.assign(static_cast<std::size_t>(size), 0);
   g->recorder.set_capacity(static_cast<std::size_t>(std::max(o.trace_size, 1)));
@@ -342,29 +262,35 @@ void GroupImpl::answer_roll_call(std::int64_t reached, bool failed_there) {
                    fmt::format("{}{}", answered, answered_failed ? " failed" : ""));
 }
 
-// The roll call: this rank answers, then reads the others' answers ("g<gen>/alive/<rank>" = the last
-// sequence number that rank reached; its watcher answers within ~50 ms of "g<gen>/failed" appearing).
+// The roll call: reads the others' answers ("g<gen>/alive/<rank>" = the last sequence number that rank
+// reached; this rank answered before it closed its connections, see execute()).
 //  * A rank that answered with a sequence number >= op.seq took part in the failed collective.
 //  * A rank that answered with a lower one is alive but had not reached it. Before the deadline it
-//    may still be on its way, so it is waited for; after the deadline it is the reason for it,
-//    unless its own collective there failed ("<seq> failed"): the failure held it back, it is alive.
-//  * A rank that did not answer at all is dead, frozen or cut off: waited for until `until`.
-// `until` leaves a live rank on a loaded machine ample time to answer, while the error still
-// arrives within timeout + 2 s of the call. p2p counters are per peer, so any answer counts there.
-std::vector<int> GroupImpl::roll_call(const OpDesc& op, std::string* note) {
-  constexpr auto kWindow = std::chrono::milliseconds(2000);
-  constexpr auto kPastDeadline = std::chrono::milliseconds(1500);
+//    may still be on its way, so it is waited for (at most kArrivalWindow); after the deadline it is
+//    the reason for it, unless its own collective there failed ("<seq> failed"): the failure held it
+//    back, it is alive.
+//  * A rank that did not answer at all is dead, frozen or cut off. Every live rank answers quickly:
+//    one that failed in the call answers before closing its connections, so when a connection reset
+//    reached this rank the peer behind it had either answered already or died; one whose calls are
+//    still fine answers through its watcher within ~50 ms of "g<gen>/failed" appearing. So after a
+//    connection failure a silent rank is given kResetGrace, and after a deadline kSilentGrace: the
+//    error arrives within ~0.3 s of a reset and within timeout + ~0.5 s when a peer goes silent.
+// p2p counters are per peer, so any answer counts there.
+std::vector<int> GroupImpl::roll_call(const OpDesc& op, bool connection_failed, std::string* note) {
+  constexpr auto kArrivalWindow = std::chrono::milliseconds(2000);
+  constexpr auto kResetGrace = std::chrono::milliseconds(300);
+  constexpr auto kSilentGrace = std::chrono::milliseconds(500);
   const auto now = Clock::now();
-  const auto until = std::min(now + kWindow, std::max(op.deadline + kPastDeadline, now + std::chrono::milliseconds(250)));
+  const auto arrival_until = std::min(now + kArrivalWindow, op.deadline);
+  const auto silent_until = now + (connection_failed ? kResetGrace : kSilentGrace);
   const std::int64_t need = is_p2p(op.kind) ? std::numeric_limits<std::int64_t>::min() : op.seq;
   std::vector<int> missing;
   try {
-    answer_roll_call(op.seq, true);
     const std::string prefix = fmt::format("g{}/alive/", generation);
     while (true) {
       missing.clear();
       bool waiting = false;
-      const bool past_deadline = Clock::now() >= op.deadline;
+      const auto t = Clock::now();
       for (int p = 0; p < size; ++p) {
         if (p == rank) continue;
         const auto answer = group_store->try_get(prefix + std::to_string(p));
@@ -377,9 +303,9 @@ std::vector<int> GroupImpl::roll_call(const OpDesc& op, std::string* note) {
         }
         if (answer && (reached >= need || answer->find("failed") != std::string::npos)) continue;
         missing.push_back(p);
-        if (!answer || !past_deadline) waiting = true;
+        if (answer ? t < arrival_until : t < silent_until) waiting = true;
       }
-      if (!waiting || Clock::now() >= until) break;
+      if (!waiting) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   } catch (const std::exception& e) {
@@ -394,7 +320,7 @@ std::vector<int> GroupImpl::roll_call(const OpDesc& op, std::string* note) {
 
 std::string GroupImpl::trace_dump(const std::string& reason, const std::string& path) const {
   TraceDump d;
-  d.group = options.name;
+  d.group = config.name;
   d.rank = rank;
   d.world_size = size;
   d.generation = generation;
@@ -402,7 +328,7 @@ std::string GroupImpl::trace_dump(const std::string& reason, const std::string& 
   d.entries = recorder.snapshot();
   std::string target = path;
   if (target.empty()) {
-    target = fmt::format("{}/{}-g{}-rank{}.json", options.trace_dir, options.name, generation, rank);
+    target = fmt::format("{}/{}-g{}-rank{}.json", config.trace_dir, config.name, generation, rank);
   }
   const std::filesystem::path p(target);
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
@@ -469,6 +395,7 @@ void GroupImpl::execute(WorkState& w) {
   recorder.mark_started(w.trace_id);
   std::exception_ptr error;
   std::string status = "ok", error_text;
+  std::string dump_reason;  // non-empty: write the flight recorder once the call is marked finished
   std::string where = is_p2p(op.kind) ? fmt::format("{} {} rank {} (#{}", name, op.kind == OpKind::send ? "to" : "from",
                                                      op.peer, op.seq)
                                       : fmt::format("{} (seq {}", name, op.seq);
@@ -524,8 +451,11 @@ void GroupImpl::execute(WorkState& w) {
       cause = "another rank reported a failure of this generation through the store";
     }
     if (kind != DistErrorKind::aborted) {
-      // Tell the ranks whose own connections still look fine (see watcher_loop).
+      // Answer the roll call, and tell the ranks whose own connections still look fine (see
+      // watcher_loop), before closing the connections: a peer that sees them close then finds this
+      // rank's answer in the store already (see roll_call). An unreachable store is reported there.
       try {
+        answer_roll_call(op.seq, true);
         group_store->set(fmt::format("g{}/failed", generation), std::to_string(rank));
       } catch (const std::exception&) {
       }
@@ -538,7 +468,7 @@ void GroupImpl::execute(WorkState& w) {
     } else {
       std::string note;
       const auto roll_start = Clock::now();
-      missing = roll_call(op, &note);
+      missing = roll_call(op, kind == DistErrorKind::peer_failure, &note);
       const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - roll_start);
       const std::string what = kind == DistErrorKind::timeout
                                    ? fmt::format("timed out after {} ms", op.timeout.count())
@@ -549,12 +479,16 @@ void GroupImpl::execute(WorkState& w) {
     error_text = msg;
     status = kind == DistErrorKind::aborted ? "aborted" : kind == DistErrorKind::timeout ? "timeout" : "peer_failure";
     error = std::make_exception_ptr(DistError(kind, name, op.seq, missing, msg));
+    dump_reason = status;
+  }
+  // Before the dump: a dump written because of this failure must show it as failed, with its error.
+  recorder.mark_finished(w.trace_id, error == nullptr, error_text);
+  if (!dump_reason.empty()) {
     try {
-      trace_dump(status, "");
+      trace_dump(dump_reason, "");
     } catch (const std::exception&) {
     }
   }
-  recorder.mark_finished(w.trace_id, error == nullptr, error_text);
   if (log.enabled()) {
     LogRecord r;
     r.rank = rank;
@@ -631,9 +565,10 @@ void Work::wait(std::chrono::milliseconds timeout) const {
 ProcessGroup::ProcessGroup(std::shared_ptr<detail::GroupImpl> impl) : impl_(std::move(impl)) {}
 
 ProcessGroup::ProcessGroup(GroupOptions options) {
-  GroupOptions o = detail::resolve_options(std::move(options), true);
-  auto store = open_store(o.store_url, std::chrono::milliseconds(1000));
-  impl_ = detail::make_group(o, store, nullptr, o.rank, o.world_size, 0, 0);
+  const auto [rank, world_size] = detail::rank_and_world_size(options);
+  const detail::GroupConfig config = detail::GroupConfig::resolve(options);
+  auto store = open_store(config.store_url, std::chrono::milliseconds(1000));
+  impl_ = detail::make_group(config, store, nullptr, rank, world_size, 0, 0);
 }
 
 ProcessGroup::~ProcessGroup() = default;
@@ -643,11 +578,8 @@ ProcessGroup& ProcessGroup::operator=(ProcessGroup&&) noexcept = default;
 int ProcessGroup::rank() const { return impl_->rank; }
 int ProcessGroup::world_size() const { return impl_->size; }
 int ProcessGroup::generation() const { return impl_->generation; }
-std::chrono::milliseconds ProcessGroup::timeout() const { return std::chrono::milliseconds(impl_->timeout_ms.load()); }
-void ProcessGroup::set_timeout(std::chrono::milliseconds timeout) {
-  LMCORE_CHECK(timeout.count() > 0, "ProcessGroup::set_timeout: timeout must be positive, found {} ms", timeout.count());
-  impl_->timeout_ms = timeout.count();
-}
+std::chrono::milliseconds ProcessGroup::timeout() const { return impl_->config.call_timeout(); }
+void ProcessGroup::set_timeout(std::chrono::milliseconds timeout) { impl_->config.set_call_timeout(timeout); }
 bool ProcessGroup::is_broken() const { return impl_->broken.load(); }
 void* ProcessGroup::gloo_context() const { return impl_->context.get(); }
 
@@ -655,7 +587,7 @@ void ProcessGroup::abort() { impl_->abort_now("abort() called"); }
 
 std::string ProcessGroup::trace_json() const {
   TraceDump d;
-  d.group = impl_->options.name;
+  d.group = impl_->config.name;
   d.rank = impl_->rank;
   d.world_size = impl_->size;
   d.generation = impl_->generation;
@@ -681,9 +613,8 @@ Work ProcessGroup::enqueue(std::shared_ptr<detail::WorkState> state) {
   tl_blocking_call = false;
   bool run_here = false;
   detail::OpDesc& op = state->op;
-  const auto timeout = op.timeout.count() > 0 ? op.timeout : std::chrono::milliseconds(g.timeout_ms.load());
-  op.timeout = timeout;
-  op.deadline = Clock::now() + timeout;
+  op.timeout = g.config.timeout_for(op.timeout);
+  op.deadline = Clock::now() + op.timeout;
   {
     std::lock_guard<std::mutex> lock(g.queue_mu);
     if (detail::is_p2p(op.kind)) {

@@ -19,7 +19,8 @@
 //    naming each rank's view, before any payload moves: never a hang, never wrong data.
 //  * No call blocks past its timeout (per group, overridable per call). When a peer dies or stops
 //    answering, every survivor gets a DistError naming the op, its sequence number and the ranks that
-//    did not reach the call or answer a roll call through the store, within timeout + 2 s.
+//    did not reach the call or answer a roll call through the store: within about 0.3 s of a
+//    connection reset (a peer killed), within timeout + 1 s when a peer goes silent.
 //  * abort() from any thread releases blocked calls (they throw DistError, kind aborted).
 //  * After a failure the group is broken; survivors call shrink() (or reconfigure(), which also
 //    admits restarted ranks that called join()) to get a new group with ranks renumbered in order of
@@ -151,6 +152,11 @@ class Work {
   std::shared_ptr<detail::GroupImpl> group_;
 };
 
+// For bindings that report deprecations their own way (Python: the warnings module): true the first
+// time `old_name` is claimed or warned about in this process, and the caller then warns; false
+// after. Once a name is claimed, the C++ alias of that name stays silent.
+bool claim_deprecation_warning(std::string_view old_name);
+
 // The first group created in a process sets SIGPIPE to ignored if it still has the default action:
 // a write to a dead peer must become an error of the collective, not kill the rank silently.
 class ProcessGroup {
@@ -188,7 +194,8 @@ class ProcessGroup {
   void send(const Tensor& tensor, int dst, const CallOptions& options = {});
   void recv(Tensor& tensor, int src, const CallOptions& options = {});
 
-  // Deprecated names (PyTorch 2.13): log one warning per process naming the new function.
+  // Deprecated names (PyTorch 2.13): one warning per process and name, naming the new function, on
+  // stderr unless a binding claimed it (claim_deprecation_warning).
   void all_gather_into_tensor(Tensor& output, const Tensor& input, const CallOptions& options = {});
   void reduce_scatter_tensor(Tensor& output, const Tensor& input, const ReduceOptions& options = {});
 
