@@ -4,6 +4,7 @@
 
 #include <mutex>
 
+#include "lmcore/core/gemm_lowp.h"
 #include "lmcore/core/parallel.h"
 
 namespace lmcore {
@@ -109,14 +110,14 @@ Shape output_shape(const MatmulPlan& p) {
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   MatmulPlan p = plan(a_in, b_in, "matmul");
   const DType dt = a_in.dtype();
-  const DType compute = dt == DType::f64 ? DType::f64 : DType::f32;
+  const bool lowp = dt == DType::bf16 || dt == DType::f16;
+  const DType compute = dt == DType::f64 ? DType::f64 : lowp ? dt : DType::f32;
   Shape full = p.batch;
   full.insert(full.end(), {p.m, p.n});
   Tensor out = Tensor::empty(full, compute);
   const std::int64_t batches = checked_numel(p.batch, "matmul");
-  // Low precision: widen once (f32 accumulation), then round the result once.
-  Tensor a = dt == compute ? p.a : p.a.to(compute);
-  Tensor b = dt == compute ? p.b : p.b.to(compute);
+  const Tensor& a = p.a;
+  const Tensor& b = p.b;
   const Tensor out3 = out.view({batches, p.m, p.n});
   auto batch_view = [&](const Tensor& x, std::int64_t i) {
     // Index the broadcast batch dims of x with flat batch index i.
@@ -134,7 +135,11 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
     const BlasOperand A = blas_operand(batch_view(a, i));
     const BlasOperand B = blas_operand(batch_view(b, i));
     const Tensor C = out3.select(0, i);
-    if (compute == DType::f32) {
+    if (lowp) {
+      // f32 accumulation, C rounded once (gemm_lowp: oneDNN on the matrix units, or widened sgemm).
+      gemm_lowp(dt, dt, A.trans, B.trans, p.m, p.n, p.k, 1.0f, A.t.data_ptr(), A.ld, B.t.data_ptr(), B.ld, 0.0f,
+                C.data_ptr(), std::max<std::int64_t>(p.n, 1));
+    } else if (compute == DType::f32) {
       if (p.k == 0) { Tensor c = C; c.zero_(); continue; }
       gemm_f32(A.trans, B.trans, p.m, p.n, p.k, 1.0f, static_cast<const float*>(A.t.data_ptr()), A.ld,
                static_cast<const float*>(B.t.data_ptr()), B.ld, 0.0f, static_cast<float*>(C.data_ptr()),
@@ -146,8 +151,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
                std::max<std::int64_t>(p.n, 1));
     }
   }
-  Tensor result = dt == compute ? out : out.to(dt);
-  return result.view(output_shape(p));
+  return out.view(output_shape(p));
 }
 
 Tensor matmul_reference(const Tensor& a_in, const Tensor& b_in) {

@@ -3,8 +3,9 @@
 // matmul(a, b) follows torch.matmul: 1-D operands are promoted and the added dim removed afterwards;
 // for >= 2-D operands the leading (batch) dims broadcast: a [..., M, K] @ b [..., K, N] -> [..., M, N].
 // f32 and f64 call sgemm/dgemm on the operands as they are when their strides allow it (transposed
-// views need no copy); bf16 and f16 are widened to f32, multiplied with f32 accumulation, and rounded
-// once to the input dtype.
+// views need no copy); bf16 and f16 go through gemm_lowp (lmcore/core/gemm_lowp.h: oneDNN on the
+// matrix units where the CPU has them, else widened to f32), with f32 accumulation, rounded once to the
+// input dtype.
 #pragma once
 
 #include <cstdint>
