@@ -1,10 +1,13 @@
-// lmcore launch --nproc N [--nnodes M --node-rank R --store URL] [--keep-going] -- CMD ARGS
+// lmcore launch --nproc N [--nnodes M --node-rank R --store URL] [--keep-going] [--restart-failed K] -- CMD ARGS
 //
 // Starts N local ranks of CMD with LMCORE_RANK, LMCORE_LOCAL_RANK, LMCORE_WORLD_SIZE,
 // LMCORE_LOCAL_WORLD_SIZE, LMCORE_NODE_RANK and LMCORE_STORE set, prefixes every line they print with
 // "[rank R] ", and, when a rank exits with a non-zero status, stops the others (SIGTERM, then
 // SIGKILL after 3 s) and exits with that status. --keep-going lets the others run on (fault-tolerant
-// jobs); the exit status is then the first non-zero one, or 0.
+// jobs); the exit status is then the first non-zero one, or 0. --restart-failed K starts a rank that
+// failed again, up to K times per rank, with the same environment plus LMCORE_RESTART_COUNT (1, 2,
+// ...); the others run on meanwhile (an elastic job admits the restarted rank back). A rank's status
+// is then that of its last run.
 //
 // One machine: the store defaults to a fresh file:// directory, removed at the end. Several
 // machines: run one launcher per machine with the same --store redis://host:port.
@@ -42,6 +45,7 @@ struct Child {
   std::string out_buf, err_buf;
   bool exited = false;
   int status = 0;  // exit code, or 128 + signal
+  int restarts = 0;
 };
 
 void write_all(int fd, const std::string& s) {
@@ -104,11 +108,17 @@ int run_launch(int argc, char** argv) {
   int nproc = 1, nnodes = 1, node_rank = 0;
   std::string store;
   bool keep_going = false;
+  int restart_failed = 0;
   app.add_option("--nproc", nproc, "ranks on this machine")->check(CLI::Range(1, 4096));
   app.add_option("--nnodes", nnodes, "machines")->check(CLI::Range(1, 4096));
   app.add_option("--node-rank", node_rank, "this machine's index in [0, nnodes)")->check(CLI::NonNegativeNumber);
   app.add_option("--store", store, "file:///dir or redis://host:port (default: a fresh file store)");
   app.add_flag("--keep-going", keep_going, "do not stop the other ranks when one fails");
+  app.add_option("--restart-failed", restart_failed,
+                 "start a failed rank again, up to K times per rank (LMCORE_RESTART_COUNT tells it which time); "
+                 "the other ranks run on meanwhile")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000000));
   CLI11_PARSE(app, split, argv);
   if (split + 1 >= argc) {
     fmt::print(stderr, "lmcore launch: no command; usage: lmcore launch --nproc N [options] -- CMD ARGS\n");
@@ -139,18 +149,20 @@ int run_launch(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   const pid_t launcher = getpid();
   std::vector<Child> children(static_cast<std::size_t>(nproc));
-  for (int i = 0; i < nproc; ++i) {
+  // Forks child i (again, after a failure: its output pipes are new, what is left of the old ones is
+  // still drained). False when the system refused.
+  auto start_child = [&](int i) -> bool {
     Child& c = children[static_cast<std::size_t>(i)];
     c.rank = node_rank * nproc + i;
     int out[2], err[2];
     if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
       fmt::print(stderr, "lmcore launch: pipe failed: {}\n", std::strerror(errno));
-      return 2;
+      return false;
     }
     const pid_t pid = fork();
     if (pid < 0) {
       fmt::print(stderr, "lmcore launch: fork failed: {}\n", std::strerror(errno));
-      return 2;
+      return false;
     }
     if (pid == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the launcher
@@ -166,6 +178,7 @@ int run_launch(int argc, char** argv) {
       setenv("LMCORE_LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
       setenv("LMCORE_NODE_RANK", std::to_string(node_rank).c_str(), 1);
       setenv("LMCORE_STORE", store.c_str(), 1);
+      if (c.restarts > 0) setenv("LMCORE_RESTART_COUNT", std::to_string(c.restarts).c_str(), 1);
       setenv("PYTHONUNBUFFERED", "1", 0);
       execvp(argv[split + 1], argv + split + 1);
       std::fprintf(stderr, "lmcore launch: cannot run '%s': %s\n", argv[split + 1], std::strerror(errno));
@@ -176,9 +189,27 @@ int run_launch(int argc, char** argv) {
     fcntl(out[0], F_SETFL, O_NONBLOCK);
     fcntl(err[0], F_SETFL, O_NONBLOCK);
     c.pid = pid;
+    // The previous run's pipes: what is still in them is printed before the new ones take their place
+    // (not waiting for their end: a process the old one started may still hold them open).
+    for (int* fd : {&c.out_fd, &c.err_fd}) {
+      std::string& buf = fd == &c.out_fd ? c.out_buf : c.err_buf;
+      const int to = fd == &c.out_fd ? STDOUT_FILENO : STDERR_FILENO;
+      while (drain(*fd, buf, c.rank, to)) {
+      }
+      if (*fd >= 0) {
+        flush_lines(buf, c.rank, to, true);
+        ::close(*fd);
+        *fd = -1;
+      }
+    }
     c.out_fd = out[0];
     c.err_fd = err[0];
-  }
+    c.exited = false;
+    c.status = 0;
+    return true;
+  };
+  for (int i = 0; i < nproc; ++i)
+    if (!start_child(i)) return 2;
 
   int exit_code = 0;
   bool stopping = false;
@@ -211,9 +242,18 @@ int run_launch(int argc, char** argv) {
         c.exited = true;
         c.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
         if (c.status != 0) {
-          if (exit_code == 0) exit_code = c.status;
           const std::string how = WIFEXITED(st) ? fmt::format("exited with status {}", WEXITSTATUS(st))
                                                 : fmt::format("was killed by signal {}", WTERMSIG(st));
+          if (!stopping && c.restarts < restart_failed) {
+            ++c.restarts;
+            write_all(STDERR_FILENO, fmt::format("lmcore launch: rank {} {}; starting it again ({} of {})\n", c.rank,
+                                                 how, c.restarts, restart_failed));
+            if (start_child(static_cast<int>(&c - children.data()))) {
+              all_exited = false;
+              continue;
+            }
+          }
+          if (exit_code == 0) exit_code = c.status;
           if (!keep_going && !stopping) {
             write_all(STDERR_FILENO, fmt::format("lmcore launch: rank {} {}; stopping the other ranks\n", c.rank, how));
             stopping = true;

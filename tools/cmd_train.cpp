@@ -69,6 +69,16 @@ int run_train(int argc, char** argv) {
   app.add_option("--param-dtype", param_dtype, "with --fsdp: dtype parameters are gathered and computed in (= --dtype)");
   app.add_option("--reduce-dtype", reduce_dtype, "with --fsdp: dtype gradients are reduce-scattered in: f32 | bf16")
       ->capture_default_str();
+  app.add_flag("--elastic", o.elastic,
+               "with --fsdp: when a rank dies or is cut off, the others shrink to the survivors, reload the last "
+               "checkpoint re-sharded and go on (same global batch); restarted ranks rejoin at checkpoints (use "
+               "`lmcore launch --keep-going [--restart-failed K]`)");
+  app.add_option("--min-ranks", o.min_ranks, "with --elastic: fewer ranks left stop the job with a checkpoint")
+      ->capture_default_str();
+  app.add_option("--memory-checkpoint-every", o.memory_checkpoint_every,
+                 "with --elastic: steps between in-memory checkpoints (each rank also keeps its neighbour's shard; "
+                 "0: none, recovery reads --checkpoint-every's from disk)")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

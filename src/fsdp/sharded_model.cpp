@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "lmcore/core/error.h"
+#include "lmcore/core/fault_injection.h"
 #include "lmcore/model/grad_norm.h"
 
 namespace lmcore::fsdp {
@@ -32,6 +33,7 @@ class ShardedLlama::Access final : public model::UnitAccess {
   explicit Access(ShardedLlama& s) : s_(s), units_(s.units_.size()) {}
 
   const void* weights(int u) override {
+    if (forward_) fault_point("fsdp.forward");
     Unit& x = units_[u];
     if (!x.full.defined() && !x.in_flight) issue_gather(u);
     if (x.in_flight) {
@@ -86,6 +88,7 @@ class ShardedLlama::Access final : public model::UnitAccess {
     x.rs_pending = true;
     ++stats_.reduce_scatters;
     account();
+    fault_point("fsdp.reduce_scatter");
   }
 
   void begin_forward(bool with_backward) override {
@@ -336,6 +339,11 @@ double ShardedLlama::time_step_communication() {
     rs.reduce_scatter_single(out, in, {.op = dist::ReduceOp::avg});
   }
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+void ShardedLlama::abort_own_groups() {
+  if (rs_group_) rs_group_->abort();
+  if (k_group_) k_group_->abort();
 }
 
 CommStats ShardedLlama::comm_stats() const { return access_->stats_; }

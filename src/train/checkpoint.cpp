@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lmcore/core/error.h"
+#include "lmcore/core/fault_injection.h"
 #include "lmcore/io/checkpoint.h"
 #include "lmcore/io/safetensors.h"
 #include "lmcore/model/checkpoint.h"
@@ -339,6 +340,7 @@ std::string save_sharded_checkpoint(const std::string& parent, fsdp::ShardedLlam
   } catch (const std::exception& e) {
     error = e.what();
   }
+  fault_point("checkpoint.shard");
   if (!error.empty()) std::fprintf(stderr, "rank %d: writing its shard failed: %s\n", rank, error.c_str());
   agree(error.empty(), "writing a shard");
   if (rank == 0) {

@@ -124,6 +124,7 @@ class FsdpEngine final : public Engine {
   fsdp::CommStats comm_stats() const override { return model_.comm_stats(); }
   double time_step_communication() override { return model_.time_step_communication(); }
   fsdp::ShardedLlama& sharded() { return model_; }
+  AdamW& optimizer() { return opt_; }
 
  private:
   double average(double v) {

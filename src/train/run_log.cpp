@@ -44,12 +44,23 @@ RunLog::RunLog(const std::string& path, bool append) : path_(path) {
       } else if (ev == "eval") {
         evals_.push_back({j.value("step", std::int64_t{0}), j.value("val_loss", 0.0)});
       } else if (ev != "checkpoint" && ev != "start" && ev != "end") {
-        marks_.emplace_back(j.value("step", std::int64_t{0}), ev);
+        marks_.emplace_back(j.value("step", std::int64_t{0}), j.value("label", ev));
       }
+    }
+  }
+  // A process killed mid-line (elastic training goes on with another lead) left no newline: the next
+  // record starts on a line of its own.
+  bool needs_newline = false;
+  if (append) {
+    std::ifstream tail(path, std::ios::binary | std::ios::ate);
+    if (tail && tail.tellg() > 0) {
+      tail.seekg(-1, std::ios::end);
+      needs_newline = tail.get() != '\n';
     }
   }
   file_ = std::fopen(path.c_str(), append ? "a" : "w");
   LMCORE_CHECK(file_ != nullptr, "metrics log '{}': cannot open for writing: {}", path, std::strerror(errno));
+  if (needs_newline) std::fputc('\n', file_);
 }
 
 RunLog::~RunLog() {
@@ -82,7 +93,8 @@ void RunLog::eval(const EvalRecord& r) {
 void RunLog::event(const std::string& name, json fields) {
   LMCORE_CHECK(fields.is_object(), "RunLog::event: fields must be an object");
   fields["event"] = name;
-  if (name != "checkpoint" && name != "start" && name != "end") marks_.emplace_back(fields.value("step", std::int64_t{0}), name);
+  if (name != "checkpoint" && name != "start" && name != "end")
+    marks_.emplace_back(fields.value("step", std::int64_t{0}), fields.value("label", name));
   write_line(fields);
 }
 
@@ -181,7 +193,13 @@ std::string svg_line_chart(const std::string& title, const std::string& x_label,
 void RunLog::write_report(const std::string& html_path, const std::string& title,
                           const std::vector<std::pair<std::string, std::string>>& summary) const {
   Series train{"train loss", "#1f77b4", {}}, val{"validation loss", "#d62728", {}}, tps{"tokens/s", "#2ca02c", {}};
+  // A run that went back to a checkpoint (a resume from an older one, an elastic recovery) logged some
+  // steps twice: the curve shows the history that continued, so a step replaces those at or after it.
   for (const StepRecord& r : steps_) {
+    while (!train.points.empty() && train.points.back().first >= static_cast<double>(r.step)) {
+      train.points.pop_back();
+      tps.points.pop_back();
+    }
     train.points.emplace_back(static_cast<double>(r.step), r.loss);
     tps.points.emplace_back(static_cast<double>(r.step), r.tokens_per_s);
   }

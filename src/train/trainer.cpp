@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "lmcore/core/error.h"
+#include "lmcore/core/fault_injection.h"
 #include "lmcore/core/matmul.h"
 #include "lmcore/core/parallel.h"
 #include "lmcore/core/progress.h"
@@ -22,6 +23,7 @@
 #include "lmcore/train/checkpoint.h"
 #include "lmcore/train/data_loader.h"
 #include "lmcore/train/run_log.h"
+#include "src/train/elastic.h"
 #include "src/train/engine.h"
 #include "lmcore/version.h"
 
@@ -93,11 +95,16 @@ double measure_peak_gflops(DType dtype) {
 
 // Ranks that disagree on the model or the data would train silently different models or hang in a
 // collective of another size: compare a fingerprint of both on every rank before anything else.
-void check_same_run_everywhere(dist::ProcessGroup& pg, const ModelConfig& cfg, const TrainOptions& o) {
+std::uint64_t run_fingerprint(const ModelConfig& cfg, const TrainOptions& o) {
   const std::string fp = cfg.to_json() + fmt::format("|{}|{}|{}|{}|{}|{}|{}", o.data, o.batch_size, o.seq_len,
                                                      o.grad_accum, o.global_batch, o.seed, dtype_name(o.dtype));
   std::uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char c : fp) h = (h ^ c) * 0x100000001B3ull;
+  return h;
+}
+
+void check_same_run_everywhere(dist::ProcessGroup& pg, const ModelConfig& cfg, const TrainOptions& o) {
+  const std::uint64_t h = run_fingerprint(cfg, o);
   Tensor mine = Tensor::empty({1}, DType::i64);
   mine.data<std::int64_t>()[0] = static_cast<std::int64_t>(h >> 1);
   Tensor all = Tensor::empty({pg.world_size()}, DType::i64);
@@ -142,6 +149,19 @@ TrainResult run_training(const TrainOptions& opts) {
   LMCORE_CHECK(o.keep_checkpoints >= 1, "--keep-checkpoints must be >= 1, found {}", o.keep_checkpoints);
   LMCORE_CHECK(o.grad_clip >= 0, "--grad-clip must be >= 0 (0 disables), found {}", o.grad_clip);
   LMCORE_CHECK(o.dtype == DType::f32 || o.dtype == DType::bf16, "--dtype must be f32 or bf16, found {}", o.dtype);
+  if (o.elastic) {
+    LMCORE_CHECK(o.fsdp, "--elastic needs --fsdp (elastic training is sharded training whose ranks may change)");
+    LMCORE_CHECK(o.max_steps > 0, "--elastic needs --max-steps (a rank that joins later must train to the same step)");
+    LMCORE_CHECK(o.min_ranks >= 1, "--min-ranks must be >= 1, found {}", o.min_ranks);
+    LMCORE_CHECK(o.checkpoint_every > 0 || o.memory_checkpoint_every > 0,
+                 "--elastic needs --checkpoint-every or --memory-checkpoint-every: the survivors of a failure go back "
+                 "to the last checkpoint, and restarted ranks join at checkpoints");
+  }
+  LMCORE_CHECK(o.memory_checkpoint_every >= 0, "--memory-checkpoint-every must be >= 0, found {}",
+               o.memory_checkpoint_every);
+  LMCORE_CHECK(o.elastic || (o.memory_checkpoint_every == 0 && o.min_ranks == 1),
+               "--memory-checkpoint-every and --min-ranks need --elastic");
+  if (const std::string bad = fault_spec_error(); !bad.empty()) fail("{}", bad);
 
   // ---- data and model config ----
   std::string resume_dir;
@@ -190,10 +210,12 @@ TrainResult run_training(const TrainOptions& opts) {
   const AdamWOptions ao{.beta1 = o.beta1, .beta2 = o.beta2, .eps = o.adam_eps, .weight_decay = o.weight_decay};
   std::unique_ptr<dist::ProcessGroup> pg;
   std::unique_ptr<detail::Engine> engine;
+  std::unique_ptr<detail::Elastic> elastic;
+  std::optional<detail::Resume> joined;  // elastic: this process was restarted and joined a running job
+  const std::string ckpt_parent = (fs::path(o.out) / "checkpoints").string();
   if (o.fsdp) {
     dist::GroupOptions go;
     go.name = "train";
-    pg = std::make_unique<dist::ProcessGroup>(go);
     fsdp::FsdpOptions fo;
     fo.reshard_after_forward = o.reshard_after_forward;
     fo.prefetch = o.prefetch;
@@ -201,22 +223,31 @@ TrainResult run_training(const TrainOptions& opts) {
     fo.param_dtype = o.dtype;
     fo.reduce_dtype = o.reduce_dtype;
     fo.group_options = go;
-    engine = std::make_unique<detail::FsdpEngine>(cfg, mo, ao, *pg, fo);
-    check_same_run_everywhere(*pg, cfg, o);
+    if (o.elastic) {
+      elastic = std::make_unique<detail::Elastic>(
+          detail::Elastic::Setup{o, cfg, mo, ao, fo, run_fingerprint(cfg, o), ckpt_parent, resume_dir});
+      joined = elastic->start();
+      engine = elastic->make_engine();
+      o.global_batch = elastic->global_batch();
+    } else {
+      pg = std::make_unique<dist::ProcessGroup>(go);
+      engine = std::make_unique<detail::FsdpEngine>(cfg, mo, ao, *pg, fo);
+      check_same_run_everywhere(*pg, cfg, o);
+    }
   } else {
     engine = std::make_unique<detail::LocalEngine>(cfg, mo, ao);
   }
   detail::Engine& e = *engine;
-  const int world = e.world_size();
-  const bool lead = e.rank() == 0;
+  int world = e.world_size();  // elastic: these follow the membership (adopt_world below)
+  bool lead = e.rank() == 0;
   if (!lead) o.quiet = true;
-  const std::int64_t micro = o.batch_size * world;  // sequences per micro-step over all ranks
+  std::int64_t micro = o.batch_size * world;  // sequences per micro-step over all ranks
   if (o.global_batch > 0) {
     LMCORE_CHECK(o.global_batch % micro == 0,
                  "--global-batch {} is not a multiple of --batch-size {} x {} ranks", o.global_batch, o.batch_size, world);
     o.grad_accum = o.global_batch / micro;
   }
-  e.init(o.seed);
+  if (!joined) e.init(o.seed);
   if (o.max_steps == 0) {
     // Calibrate: time a forward/backward (the second of two; nothing is updated) and fit the steps and
     // the ten validation passes (eval_batches forward-only passes, about a third of a step each) into
@@ -247,7 +278,10 @@ TrainResult run_training(const TrainOptions& opts) {
   if (o.warmup < 0) o.warmup = std::min<std::int64_t>(200, std::max<std::int64_t>(1, o.max_steps / 20));
   BatchLoader loader(train_data, micro, o.seq_len, o.seed, /*shuffle=*/true);
   std::int64_t step = 0;
-  if (!resume_dir.empty()) {
+  if (joined) {
+    step = joined->state.step;
+    loader.set_position(joined->state.data);
+  } else if (!resume_dir.empty()) {
     const TrainState st = e.load(resume_dir);
     step = st.step;
     loader.set_position(st.data);
@@ -258,16 +292,15 @@ TrainResult run_training(const TrainOptions& opts) {
   LrSchedule schedule{o.schedule, o.lr, o.warmup, o.max_steps, o.min_lr_ratio};
   schedule.validate();
 
-  const std::string ckpt_parent = (fs::path(o.out) / "checkpoints").string();
   const std::string log_path = o.log.empty() ? (fs::path(o.out) / "metrics.jsonl").string() : o.log;
   if (lead) fs::create_directories(o.out);
   std::unique_ptr<RunLog> log;
   if (lead) log = std::make_unique<RunLog>(log_path, /*append=*/!resume_dir.empty());
   const double peak = measure_peak_gflops(o.dtype);
   // Sharded: what one step's communication costs with nothing to hide it (also warms the connections).
-  const double comm_step_s = o.fsdp ? e.time_step_communication() : 0.0;
+  const double comm_step_s = o.fsdp && !joined ? e.time_step_communication() : 0.0;
   // Per rank: its share of the step's flops over its own GEMM peak.
-  const double flops_per_step = e.flops_per_micro_batch() * static_cast<double>(o.grad_accum);
+  double flops_per_step = e.flops_per_micro_batch() * static_cast<double>(o.grad_accum);
   const std::int64_t tokens_per_step = micro * o.seq_len * o.grad_accum;
   if (lead)
     log->event(resume_dir.empty() ? "start" : "resume",
@@ -298,7 +331,7 @@ TrainResult run_training(const TrainOptions& opts) {
     fmt::print(stderr, "  run folder: {}\n", o.out);
   }
 
-  const std::int64_t row0 = e.rank() * o.batch_size * o.seq_len;  // this rank's rows of a micro-step
+  std::int64_t row0 = e.rank() * o.batch_size * o.seq_len;  // this rank's rows of a micro-step
   std::vector<std::int32_t> x(static_cast<std::size_t>(micro * o.seq_len)), y(x.size());
   auto evaluate = [&]() -> double {
     if (!val_data) return -1;
@@ -336,8 +369,35 @@ TrainResult run_training(const TrainOptions& opts) {
   double busy_seconds = 0;
   std::int64_t steps_this_run = 0;
   double last_loss = 0;
-  while (step < o.max_steps) {
-    const auto t0 = Clock::now();
+  // Elastic: after a change of membership, what depends on the world size follows it (the global batch
+  // stays: more micro-batches per rank when there are fewer ranks), and the loop continues from the
+  // restored step and data position.
+  auto last_step_end = Clock::now(), t_step = last_step_end;
+  auto adopt_world = [&](const detail::Resume& r) {
+    world = e.world_size();
+    lead = e.rank() == 0;
+    micro = o.batch_size * world;
+    o.grad_accum = o.global_batch / micro;
+    loader = BatchLoader(train_data, micro, o.seq_len, o.seed, /*shuffle=*/true);
+    loader.set_position(r.state.data);
+    step = r.state.step;
+    row0 = e.rank() * o.batch_size * o.seq_len;
+    x.resize(static_cast<std::size_t>(micro * o.seq_len));
+    y.resize(x.size());
+    flops_per_step = e.flops_per_micro_batch() * static_cast<double>(o.grad_accum);
+    result.rank = e.rank();
+    if (lead && !log) log = std::make_unique<RunLog>(log_path, /*append=*/true);
+    if (lead) log->event("membership", r.event);
+    if (lead && !opts.quiet)
+      fmt::print(stderr, "\n  membership: {} -> {} ranks ({}), continuing from step {} with {} micro-batches per rank\n",
+                 r.event.value("old_world", 0), world, r.event.value("source", std::string()), step, o.grad_accum);
+    last_step_end = Clock::now();
+  };
+  if (elastic && joined) adopt_world(*joined);
+  if (elastic && !joined) elastic->begin(state_now());
+  while (step < o.max_steps) try {
+    fault_point("train.step");
+    const auto t0 = t_step = Clock::now();
     const fsdp::CommStats comm0 = e.comm_stats();
     e.zero_grad();
     double loss = 0;
@@ -397,7 +457,17 @@ TrainResult run_training(const TrainOptions& opts) {
       result.interrupted = true;
       break;
     }
+    // A checkpoint boundary, last in the step: a restarted rank that is admitted starts at the next one.
+    if (elastic && !last)
+      if (auto r = elastic->boundary(state_now())) adopt_world(*r);
+    last_step_end = Clock::now();
+  } catch (const dist::DistError& err) {
+    if (!elastic) throw;
+    // A rank failed or was cut off in this step: abandon it, shrink to the survivors, continue from the
+    // newest state they can restore.
+    adopt_world(elastic->recover(err, step, seconds_since(t_step), seconds_since(last_step_end)));
   }
+  if (elastic) elastic->finish();
   progress.finish();
   result.state_bytes = e.state_bytes();
   result.peak_unsharded_bytes = e.peak_unsharded_bytes();
@@ -410,7 +480,7 @@ TrainResult run_training(const TrainOptions& opts) {
   if (!lead) return result;
   log->event("end", {{"step", step}, {"loss", last_loss}, {"val_loss", result.final_val_loss},
                      {"tokens_per_s", result.tokens_per_s}, {"mfu", result.mfu}, {"interrupted", result.interrupted},
-                     {"comm_wait_s", result.comm_wait_s}});
+                     {"comm_wait_s", result.comm_wait_s}, {"world_size", world}});
   log->write_report((fs::path(o.out) / "report.html").string(), "lmcore train: " + o.out,
                     {{"model", fmt::format("{:.2f}M parameters: {} layers, dim {}, heads {} / kv {}, ffn {}, vocab {}, "
                                            "mask {}",

@@ -112,6 +112,10 @@ class ShardedLlama {
 
   CommStats comm_stats() const;
   void reset_comm_stats();
+  // After a failure of the main group: aborts the groups this model made itself (the separate
+  // reduce-scatter group, the reshard-to-k group), so that their calls still queued fail at once and
+  // destroying the model does not wait out their timeouts.
+  void abort_own_groups();
   // Bytes of this rank's persistent state: parameter, gradient and param_dtype shards.
   std::size_t shard_bytes() const;
   // The most bytes of unsharded parameters and gradients this rank held at once (CommStats).

@@ -60,6 +60,10 @@ struct TrainOptions {
   int prefetch = 1;
   bool separate_rs_group = false;
   DType reduce_dtype = DType::f32;  // the parameters' dtype is `dtype`
+  // Elastic sharded training (lmcore/train/elastic.h): ranks may fail and restarted ones rejoin.
+  bool elastic = false;
+  int min_ranks = 1;                          // fewer ranks left: stop with a checkpoint
+  std::int64_t memory_checkpoint_every = 0;   // steps between in-memory checkpoints (0: none)
 };
 
 struct TrainResult {
