@@ -119,7 +119,11 @@ int run_launch(int argc, char** argv) {
                  "the other ranks run on meanwhile")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000000));
-  CLI11_PARSE(app, split, argv);
+  try {
+    app.parse(split, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // usage errors exit 2, as every lmcore command
+  }
   if (split + 1 >= argc) {
     fmt::print(stderr, "lmcore launch: no command; usage: lmcore launch --nproc N [options] -- CMD ARGS\n");
     return 2;
