@@ -36,7 +36,7 @@ int run_upgrade_check(int argc, char** argv) {
                "and check for CUDA 13.0 or later. Exit: 0 clean, 1 findings, 2 usage/internal error.",
                "lmcore upgrade-check"};
   std::vector<std::string> paths, excludes, select, ignore, cuda_roots;
-  std::string format = "text", min_conf = "low";
+  std::string format = "text", min_conf = "medium";
   bool fix = false, diff = false, rules = false, no_default_excludes = false, no_cuda_env = false, stats = false,
        quiet = false;
   int threads = 0;
@@ -52,7 +52,9 @@ int run_upgrade_check(int argc, char** argv) {
                "also walk virtualenvs, caches, build and dist folders");
   app.add_option("--select", select, "only these code prefixes (e.g. UPG1,UPG203)")->allow_extra_args(false);
   app.add_option("--ignore", ignore, "drop these code prefixes")->allow_extra_args(false);
-  app.add_option("--min-confidence", min_conf, "low | medium | high: drop named-tensor findings below this")
+  app.add_option("--min-confidence", min_conf,
+                 "low | medium | high: drop named-tensor findings below this (low: also those with no evidence "
+                 "of a tensor: receiver unknown and torch not imported by the file or the modules it imports)")
       ->capture_default_str();
   app.add_option("--threads", threads, "worker threads (default: LMCORE_NUM_THREADS or cores)");
   app.add_flag("--no-cuda-env", no_cuda_env, "do not probe the installed CUDA toolkit/runtime");

@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "lmcore/upgrade/dim_params.h"
 #include "lmcore/upgrade/tokenizer.h"
 
 namespace lmcore::upgrade {
@@ -86,19 +87,6 @@ bool is_torch_factory(std::string_view f) {
       "empty", "zeros", "ones", "full", "rand", "randn", "randint", "tensor", "empty_like", "zeros_like",
       "ones_like", "full_like", "rand_like", "randn_like", "randint_like", "as_tensor"};
   return std::find(names.begin(), names.end(), f) != names.end();
-}
-
-// Tensor methods whose first positional argument is a dim: a string there is a dimension name.
-// Returns nullopt when `m` is not such a method, else the confidence on an unknown receiver.
-std::optional<Confidence> positional_dim_method(std::string_view m) {
-  static constexpr std::array<std::string_view, 12> tensorish = {
-      "softmax", "log_softmax", "cumsum", "cumprod", "logsumexp", "squeeze", "unsqueeze", "unbind", "transpose",
-      "flatten", "index_select", "narrow"};
-  static constexpr std::array<std::string_view, 13> generic = {"sum", "mean", "max", "min", "std", "var", "prod",
-                                                               "all", "any", "size", "argmax", "argmin", "norm"};
-  if (std::find(tensorish.begin(), tensorish.end(), m) != tensorish.end()) return Confidence::medium;
-  if (std::find(generic.begin(), generic.end(), m) != generic.end()) return Confidence::low;
-  return std::nullopt;
 }
 
 bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
@@ -227,7 +215,7 @@ class Checker {
  public:
   explicit Checker(const PythonContext& ctx) : ctx_(ctx) {}
 
-  std::vector<Finding> run(const std::vector<std::string_view>& sources, bool notebook) {
+  PythonCheck run(const std::vector<std::string_view>& sources, bool notebook) {
     // Token storage is reused across the files a worker thread checks: tokenizing is a hot loop
     // and fresh vectors cost page faults.
     thread_local std::vector<std::unique_ptr<TokenizedSource>> pool;
@@ -253,6 +241,8 @@ class Checker {
                                        : fmt::format("syntax error: {}; tokens after it are not checked",
                                                      ts.error->message);
         findings_.push_back(std::move(f));
+        weak_.push_back(0);
+        sources_.emplace_back();
       }
       Unit u;
       u.cell = cell;
@@ -273,16 +263,35 @@ class Checker {
       if (!u.field) collect_tensor_annotations(u);
     for (const Unit& u : units) check_unit(u);
 
-    // noqa, then order.
-    std::vector<Finding> out;
-    out.reserve(findings_.size());
-    for (Finding& f : findings_) {
+    // noqa, then order (the evidence flags travel with their findings).
+    std::vector<std::size_t> keep;
+    keep.reserve(findings_.size());
+    for (std::size_t k = 0; k < findings_.size(); ++k) {
+      const Finding& f = findings_[k];
       const auto& nq = noqa[notebook ? static_cast<std::size_t>(f.cell - 1) : 0];
       auto it = nq.find(static_cast<std::uint32_t>(f.line));
       if (it != nq.end() && noqa_suppresses(it->second, f.code)) continue;
-      out.push_back(std::move(f));
+      keep.push_back(k);
     }
-    std::sort(out.begin(), out.end(), finding_less);
+    std::sort(keep.begin(), keep.end(),
+              [&](std::size_t a, std::size_t b) { return finding_less(findings_[a], findings_[b]); });
+    PythonCheck out;
+    out.findings.reserve(keep.size());
+    out.needs_torch.reserve(keep.size());
+    out.value_sources.reserve(keep.size());
+    for (const std::size_t k : keep) {
+      out.findings.push_back(std::move(findings_[k]));
+      out.needs_torch.push_back(weak_[k]);
+      out.value_sources.push_back(std::move(sources_[k]));
+    }
+    out.imports_torch = ctx_.module == "torch" || starts_with(ctx_.module, "torch.");
+    for (const auto& [local, b] : bindings_)
+      if (!b.local_def && (b.qualified == "torch" || starts_with(b.qualified, "torch."))) out.imports_torch = true;
+    for (const auto& m : star_modules_)
+      if (m == "torch" || starts_with(m, "torch.")) out.imports_torch = true;
+    std::sort(imports_.begin(), imports_.end());
+    imports_.erase(std::unique(imports_.begin(), imports_.end()), imports_.end());
+    out.imports = std::move(imports_);
     return out;
   }
 
@@ -394,7 +403,10 @@ class Checker {
   }
 
   // -- findings
-  Finding& add(const Unit& u, int tok_index, std::string_view code, std::string message, Confidence conf) {
+  // `weak`: the receiver is not known to be a tensor, so the finding rests on the file's imports;
+  // its message gets its confidence note when that is settled (settle_torch_evidence).
+  Finding& add(const Unit& u, int tok_index, std::string_view code, std::string message, Confidence conf,
+               bool weak = false) {
     const Token& t = u.tok[tok_index];
     Finding f;
     f.cell = u.cell;
@@ -407,6 +419,8 @@ class Checker {
     f.message = std::move(message);
     f.confidence = conf;
     findings_.push_back(std::move(f));
+    weak_.push_back(weak ? 1 : 0);
+    sources_.emplace_back();
     return findings_.back();
   }
 
@@ -462,6 +476,8 @@ class Checker {
           bind(w, q, true, false, static_cast<int>(t.line), false, true);
         } else if (is_op(u, after, "(") && returns_tensor(q)) {
           tensor_names_.insert(std::string(w));
+        } else if (is_op(u, after, "(") && !starts_with(q, "torch") && !lookup(text(u, parts[0]))->local_def) {
+          value_sources_.try_emplace(std::string(w), q);  // `arr = np.zeros(3)`: arr comes from numpy
         }
       }
     }
@@ -487,6 +503,7 @@ class Checker {
       i = read_dotted(u, i, parts);
       if (parts.empty()) return i;
       const std::string dotted = join(u, parts);
+      imports_.push_back(dotted);
       if (is_word(u, i, "as") && is_name(u, i + 1)) {
         bind(text(u, i + 1), dotted, true, false, static_cast<int>(u.tok[i].line));
         i += 2;
@@ -511,6 +528,8 @@ class Checker {
     }
     if (!is_word(u, i, "import")) return i;
     ++i;
+    const bool absolute = !base.empty() && base[0] != '.';
+    if (absolute) imports_.push_back(base);
     if (is_op(u, i, "*")) {
       if (!base.empty() && base[0] != '.') star_modules_.push_back(base);
       return i + 1;
@@ -520,6 +539,7 @@ class Checker {
     while (is_name(u, i)) {
       const int name_i = i;
       const std::string q = fmt::format("{}.{}", base, text(u, i));
+      if (absolute) imports_.push_back(q);  // the name may be a submodule
       ++i;
       int local = name_i;
       if (is_word(u, i, "as") && is_name(u, i + 1)) {
@@ -625,6 +645,9 @@ class Checker {
     if (q.empty()) return;
     // Head bound straight to a target.
     if (const Rename* r = is_target_leaf(q.substr(q.rfind('.') + 1)) ? find_rename(q) : nullptr) {
+      // A variable that only holds the renamed function (`fn = dist.all_gather_into_tensor`): its
+      // assignment is the finding to fix, and its uses stay valid once that is renamed.
+      if (head_aliased && b->assigned) return;
       if (head_aliased) {
         add_rename(u, parts[0], *r,
                    fmt::format("'{}' is {}, renamed {} in PyTorch 2.13 (--fix renames it where it is {} on line {})",
@@ -660,8 +683,11 @@ class Checker {
     }
   }
 
-  // What the expression before the '.' at `dot` is.
-  Receiver classify_receiver(const Unit& u, int dot) const {
+  // What the expression before the '.' at `dot` is. For an unknown receiver, `source` is set to the
+  // qualified name of the non-torch function its value comes from (a call of it, or a name assigned
+  // from one), or left empty when that is not known.
+  Receiver classify_receiver(const Unit& u, int dot, std::string* source = nullptr) const {
+    if (source) source->clear();
     const int r = dot - 1;
     if (r < 0) return Receiver::unknown;
     const Token& t = u.tok[r];
@@ -683,6 +709,10 @@ class Checker {
         return Receiver::not_tensor;
       }
       if (parts.size() == 1 && tensor_names_.count(head)) return Receiver::tensor;
+      if (source) {
+        auto it = value_sources_.find(head);
+        if (it != value_sources_.end() && !tensor_names_.count(head)) *source = it->second;
+      }
       return Receiver::unknown;
     }
     if (is_op(u, r, ")")) {
@@ -694,8 +724,10 @@ class Checker {
         std::vector<int>& parts = receiver_parts_;  // member scratch: no allocation per call
         parts.clear();
         for (int k = h; k <= open - 1; k += 2) parts.push_back(k);
-        const std::string q = resolve(u, parts);
+        std::string q = resolve(u, parts);
         if (returns_tensor(q)) return Receiver::tensor;
+        if (source && !q.empty() && !starts_with(q, "torch") && !lookup(text(u, parts[0]))->local_def)
+          *source = std::move(q);  // a function of this file: the file's own evidence
       }
     }
     return Receiver::unknown;
@@ -757,6 +789,19 @@ class Checker {
     return fmt::format(" (confidence: {}; the receiver is not known to be a tensor)", confidence_name(c));
   }
 
+  // A named-tensor finding. On a receiver known to be a tensor its note is final; otherwise it rests
+  // on the file's imports and gets its note when that is settled (settle_torch_evidence).
+  // `source`: see classify_receiver.
+  void add_named(const Unit& u, int tok, std::string_view code, std::string message, Confidence c, Receiver recv,
+                 const std::string& source) {
+    if (recv == Receiver::tensor || recv == Receiver::tensor_class) {
+      add(u, tok, code, message + confidence_note(c, recv), c);
+    } else {
+      add(u, tok, code, std::move(message), c, /*weak=*/true);
+      sources_.back() = source;
+    }
+  }
+
   void check_attribute(const Unit& u, int i) {
     const std::string_view a = text(u, i);
     // Cheap first filter (by length) on the handful of attributes the UPG2xx rules look at.
@@ -769,29 +814,26 @@ class Checker {
       case 12: if (a != "refine_names") return; break;
       default: return;
     }
-    const Receiver recv = classify_receiver(u, i - 1);
+    std::string& source = source_scratch_;
+    const Receiver recv = classify_receiver(u, i - 1, &source);
     if (recv == Receiver::not_tensor) return;
     const bool known = recv == Receiver::tensor || recv == Receiver::tensor_class;
     const bool call = is_op(u, i + 1, "(");
     if (a == "names") {
       if (call) return;
-      const Confidence c = known ? Confidence::high : Confidence::low;
-      add(u, i, "UPG201", "Tensor.names is removed with named tensors in PyTorch 2.13" + confidence_note(c, recv), c);
+      const Confidence c = known ? Confidence::high : Confidence::medium;
+      add_named(u, i, "UPG201", "Tensor.names is removed with named tensors in PyTorch 2.13", c, recv, source);
       return;
     }
     if (!call && recv != Receiver::tensor_class) return;
     const std::vector<Arg> args = call ? parse_args(u, i + 1) : std::vector<Arg>{};
     if (a == "refine_names" || a == "has_names") {
-      add(u, i, a == "refine_names" ? "UPG202" : "UPG206",
-          fmt::format("Tensor.{}() is removed with named tensors in PyTorch 2.13", a) +
-              confidence_note(Confidence::high, recv),
-          Confidence::high);
+      add_named(u, i, a == "refine_names" ? "UPG202" : "UPG206",
+                fmt::format("Tensor.{}() is removed with named tensors in PyTorch 2.13", a), Confidence::high, recv, source);
     } else if (a == "align_to" || a == "align_as") {
       const Confidence c = known ? Confidence::high : Confidence::medium;
-      add(u, i, a == "align_to" ? "UPG204" : "UPG205",
-          fmt::format("Tensor.{}() is removed with named tensors in PyTorch 2.13; use permute", a) +
-              confidence_note(c, recv),
-          c);
+      add_named(u, i, a == "align_to" ? "UPG204" : "UPG205",
+                fmt::format("Tensor.{}() is removed with named tensors in PyTorch 2.13; use permute", a), c, recv, source);
     } else if (a == "rename" || a == "rename_") {
       int positional = 0, strings = 0, kw_strings = 0, kws = 0;
       bool none = false, other = false;
@@ -815,10 +857,9 @@ class Checker {
       else if (names_like && none) c = Confidence::high;
       else if (names_like && (strings >= 2 || (positional == 0 && kws > 0) || none)) c = Confidence::medium;
       if (!c) return;
-      add(u, i, "UPG203",
-          fmt::format("Tensor.{}() with dimension names is removed with named tensors in PyTorch 2.13", a) +
-              confidence_note(*c, recv),
-          *c);
+      add_named(u, i, "UPG203",
+                fmt::format("Tensor.{}() with dimension names is removed with named tensors in PyTorch 2.13", a), *c,
+                recv, source);
     } else if (a == "unflatten") {
       std::vector<const Arg*> pos;
       for (const Arg& g : args)
@@ -834,10 +875,10 @@ class Checker {
       bool named = dim && all_strings(u, dim->value, dim->end);
       if (!named && sizes) named = named_shape(u, sizes->value, sizes->end);
       if (!named) return;  // unflatten itself stays; only named shapes are removed
-      add(u, i, "UPG209",
-          "Tensor.unflatten() with named shapes is removed with named tensors in PyTorch 2.13; pass a dim index "
-          "and plain sizes" + confidence_note(Confidence::high, recv),
-          Confidence::high);
+      add_named(u, i, "UPG209",
+                "Tensor.unflatten() with named shapes is removed with named tensors in PyTorch 2.13; pass a dim index "
+                "and plain sizes",
+                Confidence::high, recv, source);
     }
   }
 
@@ -848,33 +889,137 @@ class Checker {
     return (is_op(u, inner, "(") || is_op(u, inner, "[")) && inner + 1 < e && u.tok[inner + 1].kind == TokKind::string;
   }
 
-  // Cheap test, with no allocation, of whether any call rule could fire: a names=/dim= keyword, or
-  // a string (or, for nn.Unflatten, a bracket) as the first or second positional argument.
+  // Cheap test, with no allocation, of whether any call rule could fire: a `names=` keyword or a
+  // keyword of the dimension table, or an argument that starts with a string, or with a bracket
+  // holding a string (a tuple of names, a named shape).
   bool call_might_match(const Unit& u, int open) const {
     const int close = u.match[open];
     if (close < 0) return false;
-    int arg = 0;
     bool arg_start = true;
     for (int i = open + 1; i < close; ++i) {
       const Token& t = u.tok[i];
-      if (arg_start && arg < 2 && (t.kind == TokKind::string || (arg == 1 && t.kind == TokKind::op &&
-                                                                    (t.c0 == '(' || t.c0 == '['))))
-        return true;
+      if (arg_start) {
+        if (t.kind == TokKind::string) return true;
+        if (t.kind == TokKind::op && (t.c0 == '(' || t.c0 == '[') && t.end - t.begin == 1 && i + 1 < close) {
+          const Token& n = u.tok[i + 1];
+          if (n.kind == TokKind::string) return true;
+          if (n.kind == TokKind::op && (n.c0 == '(' || n.c0 == '[') && i + 2 < close &&
+              u.tok[i + 2].kind == TokKind::string)
+            return true;
+        }
+      }
       arg_start = false;
       if (t.kind == TokKind::name && is_op(u, i + 1, "=")) {
         const std::string_view w = text(u, i);
-        if (w == "names" || w == "dim" || w == "dim0" || w == "dim1" || w == "dims") return true;
+        if (w == "names" || is_dim_keyword(w)) return true;
       }
       if (t.kind == TokKind::op) {
         if (u.match[i] > i) {
           i = u.match[i];
         } else if (t.c0 == ',' && t.end - t.begin == 1) {
-          ++arg;
           arg_start = true;
         }
       }
     }
     return false;
+  }
+
+  // A value PyTorch takes as a dimension name for a parameter of this kind: an identifier string
+  // (Dimname), or for Sequence[Dimname] also a tuple/list of them.
+  bool dim_name_value(const Unit& u, int b, int e, DimKind kind) const {
+    if (e - b == 1) return u.tok[b].kind == TokKind::string && is_dim_name_literal(text(u, b));
+    if (kind != DimKind::names || e - b < 3 || !(is_op(u, b, "(") || is_op(u, b, "[")) || u.match[b] != e - 1)
+      return false;
+    bool any = false;
+    for (int k = b + 1; k < e - 1; ++k) {
+      if (is_op(u, k, ",")) continue;
+      if (u.tok[k].kind != TokKind::string || !is_dim_name_literal(text(u, k))) return false;
+      any = true;
+    }
+    return any;
+  }
+
+  // Binds a call's arguments to one overload the way Python would (positions, keywords, required
+  // parameters; `*args`/`**kwargs` relax what cannot be known) and returns the first argument that
+  // passes a dimension name to a dimension parameter, or nullptr (also when the call cannot bind).
+  // `subject`: the name of a first parameter that holds the tensor (the function form's `input` or
+  // `tensors`, `self` for torch.Tensor.op(t, ...)), "" for a method call.
+  const Arg* bind_dim_args(const Unit& u, const std::vector<Arg>& args, const DimOverload& o,
+                           std::string_view subject) const {
+    constexpr int kMaxParams = 16;
+    const Arg* bound[kMaxParams] = {};
+    const int np = static_cast<int>(std::min<std::size_t>(o.params.size(), kMaxParams));
+    bool star = false, dstar = false, have_subject = subject.empty();
+    int next_pos = 0;  // index of the next positional parameter
+    for (const Arg& g : args) {
+      if (g.star) {
+        if (is_op(u, g.begin, "**")) dstar = true;
+        else star = true;
+        continue;
+      }
+      if (g.kw < 0) {
+        if (star) continue;  // its position is unknown after *args
+        if (!have_subject) {
+          have_subject = true;
+          continue;
+        }
+        while (next_pos < np && o.params[next_pos].keyword_only) ++next_pos;
+        if (next_pos >= np) return nullptr;  // too many positional arguments
+        bound[next_pos++] = &g;
+        continue;
+      }
+      const std::string_view k = text(u, g.kw);
+      if (k == subject && !have_subject) {
+        have_subject = true;
+        continue;
+      }
+      if (subject == o.subject && k == "out") continue;
+      int p = 0;
+      while (p < np && o.params[p].name != k) ++p;
+      if (p == np || bound[p]) {
+        if (dstar && p == np) continue;
+        return nullptr;  // no such parameter, or given twice
+      }
+      bound[p] = &g;
+    }
+    if (!have_subject && !star && !dstar) return nullptr;
+    if (!star && !dstar)
+      for (int p = 0; p < np; ++p)
+        if (!bound[p] && !o.params[p].has_default) return nullptr;  // a required parameter is missing
+    const Arg* first = nullptr;
+    for (int p = 0; p < np; ++p) {
+      const Arg* g = bound[p];
+      if (!g || o.params[p].kind == DimKind::other || !dim_name_value(u, g->value, g->end, o.params[p].kind)) continue;
+      if (!first || g->value < first->value) first = g;
+    }
+    return first;
+  }
+
+  enum class Form { method, function, unbound_method };  // t.op(...), torch.op(t, ...), torch.Tensor.op(t, ...)
+
+  // The first argument of the call that passes a dimension name to `op` under some overload.
+  const Arg* dim_name_arg(const Unit& u, const std::vector<Arg>& args, std::string_view op, Form form) const {
+    const Arg* first = nullptr;
+    for (const DimOverload& o : dim_overloads(op)) {
+      if (form == Form::function ? !o.torch_function : !o.tensor_method) continue;
+      const std::string_view subject = form == Form::function ? o.subject : form == Form::unbound_method ? "self" : "";
+      const Arg* g = bind_dim_args(u, args, o, subject);
+      if (g && (!first || g->value < first->value)) first = g;
+    }
+    return first;
+  }
+
+  // Only the keywords: a torch callee outside the table's forms (torch.nn.functional.softmax) whose
+  // keyword is a dimension parameter of the op of the same name.
+  const Arg* dim_name_keyword(const Unit& u, const std::vector<Arg>& args, std::string_view op) const {
+    for (const Arg& g : args) {
+      if (g.kw < 0) continue;
+      const std::string_view k = text(u, g.kw);
+      for (const DimOverload& o : dim_overloads(op))
+        for (const DimParam& p : o.params)
+          if (p.kind != DimKind::other && p.name == k && dim_name_value(u, g.value, g.end, p.kind)) return &g;
+    }
+    return nullptr;
   }
 
   void check_call(const Unit& u, int open) {
@@ -885,29 +1030,27 @@ class Checker {
     std::string_view method;
     Receiver recv = Receiver::unknown;
     std::string q;
-    if (is_name(u, prev)) {
-      const std::string_view pw = text(u, prev);
-      if (is_python_keyword(pw) && pw != "None") return;
-      // dict(dim="...") builds a mapping; its keywords are keys, not arguments.
-      if (pw == "dict" && (prev == 0 || !is_op(u, prev - 1, ".")) && !lookup(pw)) return;
-      int h = prev;
-      while (h >= 2 && is_op(u, h - 1, ".") && is_name(u, h - 2)) h -= 2;
-      if (h >= 1 && (is_word(u, h - 1, "def") || is_word(u, h - 1, "class"))) return;
-      for (int k = h; k <= prev; k += 2) parts.push_back(k);
-      const bool chained_after_call = h >= 1 && is_op(u, h - 1, ".");
-      if (!chained_after_call) {
-        const Binding* hb = lookup(text(u, h));
-        if (hb && hb->local_def) q.clear();
-        else q = resolve(u, parts);
-      }
-      if (parts.size() >= 2 || chained_after_call) {
-        method = pw;
-        recv = classify_receiver(u, prev - 1);
-      }
-      if (!q.empty() && !starts_with(q, "torch")) return;  // a call into another imported module
-    } else {
-      return;
+    call_source_.clear();
+    if (!is_name(u, prev)) return;
+    const std::string_view pw = text(u, prev);
+    if (is_python_keyword(pw) && pw != "None") return;
+    // dict(dim="...") builds a mapping; its keywords are keys, not arguments.
+    if (pw == "dict" && (prev == 0 || !is_op(u, prev - 1, ".")) && !lookup(pw)) return;
+    int h = prev;
+    while (h >= 2 && is_op(u, h - 1, ".") && is_name(u, h - 2)) h -= 2;
+    if (h >= 1 && (is_word(u, h - 1, "def") || is_word(u, h - 1, "class"))) return;
+    for (int k = h; k <= prev; k += 2) parts.push_back(k);
+    const bool chained_after_call = h >= 1 && is_op(u, h - 1, ".");
+    if (!chained_after_call) {
+      const Binding* hb = lookup(text(u, h));
+      if (hb && hb->local_def) q.clear();
+      else q = resolve(u, parts);
     }
+    if (parts.size() >= 2 || chained_after_call) {
+      method = pw;
+      recv = classify_receiver(u, prev - 1, &call_source_);
+    }
+    if (!q.empty() && !starts_with(q, "torch")) return;  // a call into another imported module
     if (method == "rename" || method == "rename_" || method == "unflatten" || method == "refine_names" ||
         method == "align_to")
       return;  // handled as attributes
@@ -915,52 +1058,18 @@ class Checker {
     const bool known = recv == Receiver::tensor || is_torch;
     if (!is_torch && recv == Receiver::not_tensor) return;
     const std::vector<Arg> args = parse_args(u, open);
-    int positional = 0;
     for (const Arg& g : args) {
-      if (g.star) continue;
-      if (g.kw < 0) {
-        ++positional;
-        continue;
-      }
-      const std::string_view k = text(u, g.kw);
-      if (k == "names" && is_torch && std::count(q.begin(), q.end(), '.') == 1 && is_torch_factory(q.substr(6))) {
+      if (g.star || g.kw < 0 || text(u, g.kw) != "names") continue;
+      if (is_torch && std::count(q.begin(), q.end(), '.') == 1 && is_torch_factory(q.substr(6))) {
         add(u, g.kw, "UPG207",
             fmt::format("{}(names=...) is removed with named tensors in PyTorch 2.13; drop the argument", q) +
                 confidence_note(Confidence::high, Receiver::unknown),
             Confidence::high);
-      } else if ((k == "dim" || k == "dim0" || k == "dim1" || k == "dims") && string_or_strings(u, g.value, g.end)) {
-        const Confidence c = known ? Confidence::high : Confidence::medium;
-        add(u, g.value, "UPG210",
-            fmt::format("a dimension name passed as {}= is no longer accepted in PyTorch 2.13 (named tensors are "
-                        "removed); pass the dimension's index",
-                        k) +
-                confidence_note(c, recv),
-            c);
       }
     }
-    // Positional dimension names.
     std::vector<const Arg*> pos;
     for (const Arg& g : args)
       if (g.kw < 0 && !g.star) pos.push_back(&g);
-    if (!method.empty() && !pos.empty() && all_strings(u, pos[0]->value, pos[0]->end)) {
-      if (auto base = positional_dim_method(method)) {
-        const Confidence c = recv == Receiver::tensor ? Confidence::high : *base;
-        add(u, pos[0]->value, "UPG210",
-            fmt::format("a dimension name passed to {}() is no longer accepted in PyTorch 2.13 (named tensors are "
-                        "removed); pass the dimension's index",
-                        method) +
-                confidence_note(c, recv),
-            c);
-      }
-    } else if (is_torch && std::count(q.begin(), q.end(), '.') == 1 && pos.size() >= 2 &&
-               positional_dim_method(q.substr(6)) && all_strings(u, pos[1]->value, pos[1]->end)) {
-      add(u, pos[1]->value, "UPG210",
-          fmt::format("a dimension name passed to {}() is no longer accepted in PyTorch 2.13 (named tensors are "
-                      "removed); pass the dimension's index",
-                      q) +
-              confidence_note(Confidence::high, Receiver::unknown),
-          Confidence::high);
-    }
     if ((q == "torch.nn.Unflatten" || q == "torch.nn.modules.flatten.Unflatten") && !pos.empty() &&
         (all_strings(u, pos[0]->value, pos[0]->end) ||
          (pos.size() >= 2 && named_shape(u, pos[1]->value, pos[1]->end)))) {
@@ -968,6 +1077,37 @@ class Checker {
           "nn.Unflatten with named shapes is removed with named tensors in PyTorch 2.13; pass a dim index and plain "
           "sizes (confidence: high)",
           Confidence::high);
+      return;
+    }
+
+    // UPG210: bind the arguments to the op's signatures (dim_params.h).
+    const Arg* dim = nullptr;
+    std::string_view callee;  // as named in the message
+    if (is_torch) {
+      const std::string_view leaf = std::string_view(q).substr(q.rfind('.') + 1);
+      const std::string_view owner = std::string_view(q).substr(0, q.rfind('.'));
+      if (owner == "torch") dim = dim_name_arg(u, args, leaf, Form::function);
+      else if (is_tensor_class(owner)) dim = dim_name_arg(u, args, leaf, Form::unbound_method);
+      else dim = dim_name_keyword(u, args, leaf);
+      callee = q;
+    } else if (!method.empty()) {
+      dim = dim_name_arg(u, args, method, Form::method);
+      callee = method;
+    }
+    if (!dim) return;
+    std::string message =
+        dim->kw >= 0
+            ? fmt::format("a dimension name passed as {}= is no longer accepted in PyTorch 2.13 (named tensors are "
+                          "removed); pass the dimension's index",
+                          text(u, dim->kw))
+            : fmt::format("a dimension name passed to {}() is no longer accepted in PyTorch 2.13 (named tensors are "
+                          "removed); pass the dimension's index",
+                          callee);
+    if (is_torch) {
+      add(u, dim->value, "UPG210", message + confidence_note(Confidence::high, Receiver::unknown), Confidence::high);
+    } else {
+      add_named(u, dim->value, "UPG210", std::move(message), known ? Confidence::high : Confidence::medium, recv,
+                call_source_);
     }
   }
 
@@ -982,23 +1122,74 @@ class Checker {
   BindingMap bindings_;
   std::array<std::uint64_t, kBloomBits / 64> bloom_{};
   NameSet tensor_names_;
+  std::unordered_map<std::string, std::string, StringHash, std::equal_to<>> value_sources_;  // name -> callee
   std::vector<std::string> star_modules_;
   std::vector<ImportFix> import_fixes_;
   std::vector<Finding> findings_;
+  std::vector<std::uint8_t> weak_;     // per finding: rests on the file's imports (see add)
+  std::vector<std::string> sources_;   // per finding: where its receiver's value comes from, if known
+  std::vector<std::string> imports_;   // modules imported, absolute
   // Scratch token-index lists, kept to save an allocation per resolved chain.
   std::vector<int> chain_parts_, call_parts_;
+  std::string source_scratch_, call_source_;
   mutable std::vector<int> receiver_parts_;
 };
 
 }  // namespace
 
+PythonCheck check_python(const std::vector<std::string_view>& sources, bool cells, const PythonContext& ctx) {
+  return Checker(ctx).run(sources, cells);
+}
+
+void settle_torch_evidence(PythonCheck& check, bool file_evidence, const ModuleImportsTorch& modules) {
+  for (std::size_t k = 0; k < check.findings.size() && k < check.needs_torch.size(); ++k) {
+    if (!check.needs_torch[k]) continue;
+    Finding& f = check.findings[k];
+    const std::string_view source = k < check.value_sources.size() ? check.value_sources[k] : std::string_view();
+    bool evidence = file_evidence;
+    if (!source.empty()) {
+      evidence = false;
+      std::string_view m = source;
+      while (modules && !m.empty()) {
+        if (const auto found = modules(m)) {
+          evidence = *found;
+          break;
+        }
+        const std::size_t dot = m.rfind('.');
+        m = dot == std::string_view::npos ? std::string_view() : m.substr(0, dot);
+      }
+    }
+    if (evidence) {
+      f.message += f.confidence == Confidence::high
+                       ? std::string(" (confidence: high)")
+                       : fmt::format(" (confidence: {}; the receiver is not known to be a tensor)",
+                                     confidence_name(f.confidence));
+    } else if (!source.empty()) {
+      f.confidence = Confidence::low;
+      f.message += fmt::format(" (confidence: low; the receiver comes from {}(), and its module does not import torch)",
+                               source);
+    } else {
+      f.confidence = Confidence::low;
+      f.message +=
+          " (confidence: low; the receiver is not known to be a tensor, and neither this file nor a module it "
+          "imports imports torch)";
+    }
+  }
+  check.needs_torch.clear();
+  check.value_sources.clear();
+}
+
 std::vector<Finding> check_python_source(std::string_view source, const PythonContext& ctx) {
-  return Checker(ctx).run({source}, false);
+  PythonCheck c = check_python({source}, false, ctx);
+  settle_torch_evidence(c, c.imports_torch, nullptr);
+  return std::move(c.findings);
 }
 
 std::vector<Finding> check_python_cells(const std::vector<std::string>& cells, const PythonContext& ctx) {
   std::vector<std::string_view> views(cells.begin(), cells.end());
-  return Checker(ctx).run(views, true);
+  PythonCheck c = check_python(views, true, ctx);
+  settle_torch_evidence(c, c.imports_torch, nullptr);
+  return std::move(c.findings);
 }
 
 }  // namespace lmcore::upgrade

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "lmcore/upgrade/dim_params.h"
+
 namespace lmcore::upgrade {
 
 using ojson = nlohmann::ordered_json;
@@ -160,7 +162,15 @@ std::string format_rules() {
       line += word;
       pos = sp + 1;
     }
-    out += line + "\n\n";
+    out += line + "\n";
+    if (r.code == "UPG210") {
+      out += "    ops and their dimension parameters (torch 1.13 signatures; function forms also take out=):\n";
+      for (const auto& o : all_dim_overloads()) {
+        if (o.tensor_method) out += fmt::format("      {}\n", signature_text(o, false));
+        if (o.torch_function) out += fmt::format("      {}\n", signature_text(o, true));
+      }
+    }
+    out += "\n";
   }
   return out;
 }

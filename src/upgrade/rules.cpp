@@ -47,14 +47,20 @@ const std::vector<Rule>& all_rules() {
       {"UPG201", "named-tensor-names", "Tensor.names is removed (named tensors)",
        "Named tensors are removed in PyTorch 2.13, and with them the `.names` attribute. Reported for "
        "every `.names` read or write that is not a call and whose receiver is not an imported module. "
-       "Confidence: high when the receiver is known to be a tensor (a name assigned from a torch call, "
-       "annotated torch.Tensor, or torch.Tensor itself), otherwise low, since `.names` is a common "
-       "attribute elsewhere (ast.Import.names, argparse results). Fix by hand: keep dimension names in "
-       "your own metadata, or index dimensions by position.",
+       "Confidence (the same for every UPG2xx rule): high when the receiver is known to be a tensor (a "
+       "name assigned from a torch call, annotated torch.Tensor, or torch.Tensor itself) or the callee "
+       "resolves to torch. Otherwise the finding needs evidence of a tensor: the file imports torch, or "
+       "imports a module of the scanned tree that does; and a receiver that comes from a call into "
+       "another module (`np.dtype(...).names`, or `arr` after `arr = np.zeros(3)`) needs that module "
+       "to import torch. With evidence, medium here; without, low, which the default --min-confidence "
+       "(medium) leaves out, since `.names` is a common attribute elsewhere (NumPy structured dtypes, "
+       "ast.Import.names, argparse results). Fix by hand: keep dimension names in your own metadata, or "
+       "index dimensions by position.",
        false},
       {"UPG202", "named-tensor-refine-names", "Tensor.refine_names() is removed (named tensors)",
        "Named tensors are removed. `.refine_names(` is reported with high confidence (the method name is "
-       "unique to named tensors). Remove the call; assert shapes by position instead.",
+       "unique to named tensors) where there is evidence of a tensor, low otherwise (see UPG201). Remove "
+       "the call; assert shapes by position instead.",
        false},
       {"UPG203", "named-tensor-rename", "Tensor.rename() / rename_() with dimension names is removed",
        "Reported when the arguments look like dimension names: `None`, `...`, string literals, or "
@@ -62,18 +68,22 @@ const std::vector<Rule>& all_rules() {
        "known tensor or with a `None` argument, medium with two or more string arguments or string-valued "
        "keywords on an unknown receiver, and not reported with a single string argument on an unknown "
        "receiver (that is pathlib.Path.rename) or on an imported module (os.rename). pandas' "
-       "rename(columns={...}) has non-string values and is not reported.",
+       "rename(columns={...}) has non-string values and is not reported. Low without evidence of a "
+       "tensor (see UPG201).",
        false},
       {"UPG204", "named-tensor-align-to", "Tensor.align_to() is removed (named tensors)",
        "Named tensors are removed. Replace align_to by permute with explicit positions. Confidence high on "
-       "a known tensor, medium otherwise.",
+       "a known tensor, medium otherwise, low without evidence of a tensor (see UPG201).",
        false},
       {"UPG205", "named-tensor-align-as", "Tensor.align_as() is removed (named tensors)",
        "Named tensors are removed. Replace align_as by permute/unsqueeze with explicit positions. "
-       "Confidence high on a known tensor, medium otherwise.",
+       "Confidence high on a known tensor, medium otherwise, low without evidence of a tensor (see "
+       "UPG201).",
        false},
       {"UPG206", "named-tensor-has-names", "Tensor.has_names() is removed (named tensors)",
-       "Named tensors are removed; has_names() would always be False. High confidence.", false},
+       "Named tensors are removed; has_names() would always be False. High confidence, low without "
+       "evidence of a tensor (see UPG201).",
+       false},
       {"UPG207", "named-tensor-factory-names", "names= on torch factory functions is removed",
        "torch.empty/zeros/ones/full/rand/randn/randint/tensor and their _like forms no longer accept "
        "names=. Reported with high confidence when the callee resolves to torch through imports. Remove "
@@ -85,15 +95,21 @@ const std::vector<Rule>& all_rules() {
        false},
       {"UPG209", "named-tensor-unflatten", "Tensor.unflatten() with named shapes is removed",
        "Reported when unflatten's dim is a string or its sizes are (name, size) pairs, e.g. "
-       "x.unflatten('C', (('C1', 2), ('C2', 4))). High confidence. Pass a dimension index and plain sizes.",
+       "x.unflatten('C', (('C1', 2), ('C2', 4))). High confidence, low without evidence of a tensor (see "
+       "UPG201). Pass a dimension index and plain sizes.",
        false},
       {"UPG210", "named-tensor-dim-name", "a dimension name passed as dim is no longer accepted",
-       "Reported for a string literal passed as dim=, dim0=, dim1= or dims=, and as the first positional "
-       "argument of tensor methods that take a dim (softmax, log_softmax, cumsum, cumprod, logsumexp, "
-       "squeeze, unsqueeze, unbind, transpose, flatten, index_select, narrow: medium; generic reductions "
-       "sum, mean, max, min, std, var, prod, all, any, size, argmax, argmin, norm: low, as pandas and "
-       "xarray accept axis names there). High when the callee resolves to torch or the receiver is a known "
-       "tensor. Pass the dimension's index.",
+       "Reported for a string literal that PyTorch 1.13 took as a dimension name. The call's arguments "
+       "are bound to the op's signatures (listed below, from torch 1.13's own) as Python binds them: "
+       "positions, keywords, required parameters. A string must land on a Dimname parameter (or a "
+       "Sequence[Dimname] one, which also takes a tuple/list of strings) and be an identifier, as PyTorch "
+       "requires of names. So t.norm('fro') and t.norm(p='nuc') (the norm's p; norm's named overloads "
+       "were never usable), t.flatten(0, 1), NumPy's x.flatten('F') (every named flatten needs out_dim) "
+       "and tkinter's unbind('<KeyPress>') (not an identifier) are not reported. Tensor methods bind to "
+       "the Tensor forms, torch.op(t, ...) to the function forms; other torch callees "
+       "(torch.nn.functional.softmax) by keyword only. One finding per call, at its first dimension "
+       "name. High when the callee resolves to torch or the receiver is a known tensor; medium with "
+       "evidence of a tensor, low without (see UPG201). Pass the dimension's index.",
        false},
       {"UPG301", "cuda-toolkit-too-old", "the installed CUDA toolkit is older than 13.0",
        "PyTorch 2.13 is built for CUDA 13.0 or later; the 12.8 and 12.9 builds are gone. The toolkit "

@@ -169,7 +169,25 @@ Finding file_finding(const std::string& display, const char* code, std::string m
   return f;
 }
 
-void check_file(const Job& job, std::vector<Finding>& out, ScannedFile& scanned) {
+// What one file gave: its findings, and for the Python rules what settles their confidence.
+struct FileResult {
+  std::vector<Finding> findings;
+  std::vector<std::uint8_t> needs_torch;  // aligned with findings (see PythonCheck)
+  std::vector<std::string> value_sources;
+  std::vector<std::string> imports;
+  bool imports_torch = false;
+};
+
+void take_python(PythonCheck&& c, FileResult& r) {
+  r.findings = std::move(c.findings);
+  r.needs_torch = std::move(c.needs_torch);
+  r.value_sources = std::move(c.value_sources);
+  r.imports = std::move(c.imports);
+  r.imports_torch = c.imports_torch;
+}
+
+void check_file(const Job& job, FileResult& result, ScannedFile& scanned) {
+  std::vector<Finding>& out = result.findings;
   thread_local std::string buffer;
   std::string_view text;
   std::string error;
@@ -184,7 +202,9 @@ void check_file(const Job& job, std::vector<Finding>& out, ScannedFile& scanned)
   std::vector<Finding> found;
   if (job.kind == Kind::python) {
     PythonContext ctx{job.module, job.package_init};
-    found = check_python_source(text, ctx);
+    take_python(check_python({text}, false, ctx), result);
+    for (auto& f : out) f.path = job.display;
+    return;
   } else if (job.kind == Kind::notebook) {
     Notebook nb;
     try {
@@ -194,7 +214,10 @@ void check_file(const Job& job, std::vector<Finding>& out, ScannedFile& scanned)
       return;
     }
     PythonContext ctx{"", false};
-    found = check_python_cells(nb.code, ctx);
+    const std::vector<std::string_view> cells(nb.code.begin(), nb.code.end());
+    take_python(check_python(cells, true, ctx), result);
+    found = std::move(out);
+    out.clear();
     for (auto& f : found) {
       const auto index = static_cast<std::size_t>(f.cell - 1);
       f.cell = nb.cell_number[index];
@@ -211,6 +234,7 @@ void check_file(const Job& job, std::vector<Finding>& out, ScannedFile& scanned)
   }
   for (auto& f : found) f.path = job.display;
   out.insert(out.end(), std::make_move_iterator(found.begin()), std::make_move_iterator(found.end()));
+  result.needs_torch.resize(out.size(), 0);  // pin findings stand on their own
 }
 
 bool code_selected(const std::string& code, const ScanOptions& o) {
@@ -290,7 +314,7 @@ ScanResult scan(const ScanOptions& options) {
   std::vector<std::size_t> order(jobs.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return jobs[a].size > jobs[b].size; });
-  std::vector<std::vector<Finding>> per_file(jobs.size());
+  std::vector<FileResult> per_file(jobs.size());
   std::vector<ScannedFile> scanned(jobs.size());
   const int threads = std::max(1, std::min<int>(options.threads > 0 ? options.threads : num_threads(),
                                                 static_cast<int>(std::max<std::size_t>(1, jobs.size()))));
@@ -304,7 +328,9 @@ ScanResult scan(const ScanOptions& options) {
         check_file(jobs[j], per_file[j], scanned[j]);
       } catch (const std::exception& e) {
         // A bug or resource failure on one file: report it on that file and keep going.
-        per_file[j].push_back(file_finding(jobs[j].display, "UPG901", fmt::format("internal error: {}", e.what())));
+        per_file[j].findings.push_back(
+            file_finding(jobs[j].display, "UPG901", fmt::format("internal error: {}", e.what())));
+        per_file[j].needs_torch.resize(per_file[j].findings.size(), 0);
       }
     }
   };
@@ -316,6 +342,32 @@ ScanResult scan(const ScanOptions& options) {
     for (auto& t : pool) t.join();
   }
 
+  // Torch evidence (python_check.h): a file imports torch, or imports a module of this tree that does;
+  // a value from a call into a module of the tree: that module imports torch.
+  std::unordered_map<std::string_view, bool> module_imports_torch;
+  for (std::size_t j = 0; j < jobs.size(); ++j)
+    if (jobs[j].kind == Kind::python && !jobs[j].module.empty())
+      module_imports_torch[jobs[j].module] |= per_file[j].imports_torch;
+  for (auto& pf : per_file) {
+    if (std::find(pf.needs_torch.begin(), pf.needs_torch.end(), 1) == pf.needs_torch.end()) continue;
+    bool evidence = pf.imports_torch;
+    for (const auto& m : pf.imports) {
+      if (evidence) break;
+      auto it = module_imports_torch.find(m);
+      evidence = it != module_imports_torch.end() && it->second;
+    }
+    PythonCheck c;
+    c.findings = std::move(pf.findings);
+    c.needs_torch = std::move(pf.needs_torch);
+    c.value_sources = std::move(pf.value_sources);
+    settle_torch_evidence(c, evidence, [&](std::string_view m) -> std::optional<bool> {
+      auto it = module_imports_torch.find(m);
+      if (it == module_imports_torch.end()) return std::nullopt;
+      return it->second;
+    });
+    pf.findings = std::move(c.findings);
+  }
+
   ScanResult r;
   for (std::size_t j = 0; j < jobs.size(); ++j) {
     switch (jobs[j].kind) {
@@ -323,7 +375,7 @@ ScanResult scan(const ScanOptions& options) {
       case Kind::notebook: ++r.notebooks; break;
       case Kind::pin: ++r.pin_files; break;
     }
-    for (auto& f : per_file[j]) {
+    for (auto& f : per_file[j].findings) {
       if (f.confidence < options.min_confidence || !code_selected(f.code, options)) continue;
       r.findings.push_back(std::move(f));
     }

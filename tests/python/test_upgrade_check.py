@@ -183,3 +183,156 @@ def test_installed_cuda_is_reported():
         assert f"cuda toolkit {release}" in r.stderr, r.stderr
     else:
         assert "cuda" in r.stderr
+
+
+# ---- the dimension-parameter table against torch 1.13's own signatures ------------------------
+
+def _torch_dim_signatures():
+    """Every Dimname overload in torch/_C/__init__.pyi (Tensor methods) and _VariableFunctions.pyi
+    (torch functions), written as `lmcore upgrade-check --rules` prints them; the ops owned by other
+    rules (rename/refine_names/align_to, unflatten, factories' names=) are left out, and `out=` is
+    dropped from function forms."""
+    import ast
+    pyi = TORCH / "_C"
+    kinds = {"Union[str, ellipsis, None]": ": Dimname", "Sequence[Union[str, ellipsis, None]]": ": Sequence[Dimname]"}
+    other_rules = {"rename", "rename_", "refine_names", "align_to", "unflatten"}
+
+    def render(prefix, fn, skip_self):
+        a = fn.args
+        pos = (a.posonlyargs + a.args)[1 if skip_self else 0:]
+        first_default = len(pos) - len(a.defaults)
+        params, dims = [], False
+        for i, p in enumerate(pos):
+            t = kinds.get(ast.unparse(p.annotation), "") if p.annotation is not None else ""
+            dims |= bool(t) and p.arg != "names"
+            params.append(p.arg + t + ("=" if i >= first_default else ""))
+        kw = [(p, d) for p, d in zip(a.kwonlyargs, a.kw_defaults) if p.arg != "out"]
+        if kw:
+            params.append("*")
+        for p, d in kw:
+            t = kinds.get(ast.unparse(p.annotation), "") if p.annotation is not None else ""
+            dims |= bool(t) and p.arg != "names"
+            params.append(p.arg + t + ("=" if d is not None else ""))
+        if not dims or fn.name in other_rules:
+            return None
+        return f"{prefix}.{fn.name}({', '.join(params)})"
+
+    out = set()
+    init = ast.parse((pyi / "__init__.pyi").read_text())
+    for cls in init.body:
+        if isinstance(cls, ast.ClassDef) and cls.name == "_TensorBase":
+            out |= {s for f in cls.body if isinstance(f, ast.FunctionDef) for s in [render("Tensor", f, True)] if s}
+    funcs = ast.parse((pyi / "_VariableFunctions.pyi").read_text())
+    out |= {s for f in funcs.body if isinstance(f, ast.FunctionDef) for s in [render("torch", f, False)] if s}
+    return out
+
+
+def _lmcore_dim_signatures():
+    rules = subprocess.run([str(LMCORE), "upgrade-check", "--rules"], capture_output=True, text=True, check=True).stdout
+    block = rules.split("ops and their dimension parameters")[1].split("\n\n")[0]
+    return {line.strip() for line in block.splitlines()[1:] if line.strip()}
+
+
+@pytest.mark.skipif(not (TORCH / "_C" / "__init__.pyi").exists(), reason="torch 1.13 .pyi files not installed")
+def test_dim_table_is_torch_signatures():
+    ours = _lmcore_dim_signatures()
+    # Tensor.size and Tensor.stride take a Dimname through bindings written by hand in torch/csrc,
+    # which the .pyi does not list; check them on a named tensor instead.
+    by_hand = {"Tensor.size(dim: Dimname)", "Tensor.stride(dim: Dimname)"}
+    assert ours - by_hand == _torch_dim_signatures()
+    assert by_hand <= ours
+    import warnings
+    import torch
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = torch.zeros(2, 3, names=("N", "C"))
+        assert t.size("C") == 3 and t.stride("C") == 1
+        # The cases the table leaves out on purpose: norm's named overloads cannot run, and a
+        # dimension name must be an identifier.
+        with pytest.raises(RuntimeError, match="not yet supported with named tensors"):
+            t.norm(2, "C")
+        with pytest.raises(RuntimeError, match="Invalid name"):
+            t.unbind("<KeyPress>")
+        with pytest.raises(TypeError):
+            t.flatten("F")
+
+
+# ---- Debian's installed Python packages: no default finding without torch ----------------------
+
+def _module_name(path):
+    """Dotted module name from the chain of parent folders holding an __init__.py (as scan does)."""
+    parts = [] if path.name == "__init__.py" else [path.stem]
+    d = path.parent
+    while (d / "__init__.py").exists():
+        parts.append(d.name)
+        d = d.parent
+    return ".".join(reversed(parts))
+
+
+def _imports(path):
+    """(modules imported, imports torch) by Python's own ast, relative imports resolved."""
+    import ast
+    import warnings
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escapes in old sources
+            tree = ast.parse(path.read_bytes())
+    except (SyntaxError, ValueError):
+        return set(), False
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    mods = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            mods |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                pkg = package.split(".") if package else []
+                if node.level - 1 > len(pkg):
+                    continue
+                pkg = pkg[:len(pkg) - (node.level - 1)]
+                base = ".".join(pkg + ([base] if base else []))
+            if base:
+                mods.add(base)
+                mods |= {f"{base}.{a.name}" for a in node.names if a.name != "*"}
+    torch_use = module == "torch" or module.startswith("torch.") or any(
+        m == "torch" or m.startswith("torch.") for m in mods)
+    return mods, torch_use
+
+
+def _uses_torch(path, root, cache):
+    """The file imports torch, or imports a module of the tree under `root` that does."""
+    mods, direct = _imports(path)
+    if direct:
+        return True
+    for m in mods:
+        if m not in cache:
+            cache[m] = False
+            rel = pathlib.Path(*m.split("."))
+            for cand in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
+                if cand.exists() and _module_name(cand) == m:
+                    cache[m] = _imports(cand)[1]
+                    break
+        if cache[m]:
+            return True
+    return False
+
+
+DEBIAN_TREES = [p for p in (pathlib.Path("/usr/lib/python3.11"), pathlib.Path("/usr/lib/python3/dist-packages"))
+                if p.is_dir()]
+
+
+@pytest.mark.skipif(not DEBIAN_TREES, reason="no Debian Python packages installed")
+@pytest.mark.parametrize("root", DEBIAN_TREES, ids=lambda p: str(p))
+def test_debian_packages_have_no_default_finding_without_torch(root):
+    r = run("--format", "json", str(root))
+    assert r.returncode in (0, 1), r.stderr
+    cache = {}
+    found = json.loads(r.stdout)
+    outside = sorted({f["filename"] for f in found if not _uses_torch(pathlib.Path(f["filename"]), root, cache)})
+    assert outside == [], f"default findings in files that use no torch: {outside[:10]}"
+    # The wide net is still there: --min-confidence low reports the same names outside torch.
+    low = json.loads(run("--format", "json", "--min-confidence", "low", str(root)).stdout)
+    low_outside = [f for f in low if not _uses_torch(pathlib.Path(f["filename"]), root, cache)]
+    assert low_outside and all(f["confidence"] == "low" for f in low_outside)

@@ -70,15 +70,107 @@ TEST(UpgradeRules, NamedTensorConfidence) {
       out.push_back(fmt::format("{} {}", f.code, confidence_name(f.confidence)));
     return out;
   };
+  // Receiver known to be a tensor: high. Unknown receiver: the rule's confidence when the file
+  // imports torch, low (below the default --min-confidence) when it does not.
   EXPECT_EQ(conf("import torch\nx = torch.ones(2)\nx.names\ny.names\n"),
-            (std::vector<std::string>{"UPG201 high", "UPG201 low"}));
-  EXPECT_EQ(conf("def f(t: 'x'): t.align_to('N')\n"), (std::vector<std::string>{"UPG204 medium"}));
+            (std::vector<std::string>{"UPG201 high", "UPG201 medium"}));
+  EXPECT_EQ(conf("x = f()\nx.names\n"), (std::vector<std::string>{"UPG201 low"}));
+  EXPECT_EQ(conf("def f(t: 'x'): t.align_to('N')\n"), (std::vector<std::string>{"UPG204 low"}));
+  EXPECT_EQ(conf("import torch\ndef f(t): t.align_to('N')\n"), (std::vector<std::string>{"UPG204 medium"}));
+  EXPECT_EQ(conf("from torch import nn\ndef f(t): t.align_to('N')\n"), (std::vector<std::string>{"UPG204 medium"}));
+  EXPECT_EQ(conf("import torchvision\ndef f(t): t.align_to('N')\n"), (std::vector<std::string>{"UPG204 low"}));
   EXPECT_EQ(conf("import torch\ntorch.ones(2).refine_names('N')\n"), (std::vector<std::string>{"UPG202 high"}));
+  EXPECT_EQ(conf("def f(t):\n    t.refine_names('N')\n    t.has_names()\n"),
+            (std::vector<std::string>{"UPG202 low", "UPG206 low"}));
   EXPECT_EQ(conf("import xarray as xr\nxr.concat(ds, dim='time')\nds.mean(dim='time')\n"),
+            (std::vector<std::string>{"UPG210 low"}));
+  EXPECT_EQ(conf("import torch\nimport xarray as xr\nxr.concat(ds, dim='time')\nds.mean(dim='time')\n"),
             (std::vector<std::string>{"UPG210 medium"}));
-  EXPECT_EQ(conf("p.rename('new')\np.rename(None)\np.rename(N='batch')\n"),
+  EXPECT_EQ(conf("import torch\np.rename('new')\np.rename(None)\np.rename(N='batch')\n"),
             (std::vector<std::string>{"UPG203 high", "UPG203 medium"}));
-  EXPECT_EQ(conf("x.sum('C')\nx.softmax('C')\nx.sum(0)\n"), (std::vector<std::string>{"UPG210 low", "UPG210 medium"}));
+  EXPECT_EQ(conf("p.rename('new')\np.rename(None)\np.rename(N='batch')\n"),
+            (std::vector<std::string>{"UPG203 low", "UPG203 low"}));
+  EXPECT_EQ(conf("import torch\nx.sum('C')\nx.softmax('C')\nx.sum(0)\n"),
+            (std::vector<std::string>{"UPG210 medium", "UPG210 medium"}));
+  // A module of the torch package needs no import of torch.
+  EXPECT_EQ(brief(check_python_source("def f(t):\n    return t.names\n", {"torch.nn.utils", false})),
+            (std::vector<std::string>{"2:14 UPG201"}));
+  // The message states the confidence that was settled.
+  const auto low = check_python_source("def f(t):\n    return t.names\n", {});
+  ASSERT_EQ(low.size(), 1u);
+  EXPECT_NE(low[0].message.find("(confidence: low; the receiver is not known to be a tensor, and neither this file"),
+            std::string::npos)
+      << low[0].message;
+}
+
+// UPG210 binds arguments to the signatures of dim_params.h: only a string that lands on a
+// dimension parameter, and that PyTorch would take as a name, is a finding.
+TEST(UpgradeRules, DimensionNamesFollowPyTorchSignatures) {
+  const std::string head = "import torch\nimport torch.nn.functional as F\nt = torch.ones(2)\n";
+  auto at = [&](std::string_view line) { return check(head + std::string(line) + "\n"); };
+  using V = std::vector<std::string>;
+  // Tensor.norm's named overloads were never usable: 'fro' and 'nuc' are its `p`.
+  EXPECT_EQ(at("t.norm('fro')"), V{});
+  EXPECT_EQ(at("t.norm(p='nuc')"), V{});
+  EXPECT_EQ(at("t.norm(2, 'C')"), V{});
+  // flatten: every named overload needs out_dim.
+  EXPECT_EQ(at("t.flatten(0, 1)"), V{});
+  EXPECT_EQ(at("t.flatten('F')"), V{});
+  EXPECT_EQ(at("t.flatten(0, 1, 'F')"), V{"4:17 UPG210"});
+  EXPECT_EQ(at("t.flatten(['N', 'C'], 'F')"), V{"4:11 UPG210"});
+  EXPECT_EQ(at("t.flatten(start_dim='A', end_dim='B', out_dim='F')"), V{"4:21 UPG210"});
+  // A dimension name is an identifier; bytes and f-strings are not names.
+  EXPECT_EQ(at("t.unbind('<KeyPress>')"), V{});
+  EXPECT_EQ(at("t.unbind('1C')"), V{});
+  EXPECT_EQ(at("t.unbind(b'C')"), V{});
+  EXPECT_EQ(at("t.unbind(f'C')"), V{});
+  EXPECT_EQ(at("t.unbind('_C1')"), V{"4:10 UPG210"});
+  EXPECT_EQ(at("t.unbind(r'C')"), V{"4:10 UPG210"});
+  // Positions: kthvalue(k, dim), and a required parameter left out means no named overload.
+  EXPECT_EQ(at("t.kthvalue(2, 'C')"), V{"4:15 UPG210"});
+  EXPECT_EQ(at("t.kthvalue('C')"), V{});
+  EXPECT_EQ(at("t.select('C')"), V{});
+  EXPECT_EQ(at("t.select('C', 0)"), V{"4:10 UPG210"});
+  // Sequence[Dimname] takes a tuple of names; Dimname does not.
+  EXPECT_EQ(at("t.sum(('C', 'H'))"), V{"4:7 UPG210"});
+  EXPECT_EQ(at("t.softmax(('C',))"), V{});
+  // Ops with no named overload.
+  EXPECT_EQ(at("t.unsqueeze('C')"), V{});
+  EXPECT_EQ(at("t.narrow('C', 0, 1)"), V{});
+  EXPECT_EQ(at("t.argmax('C')"), V{});
+  EXPECT_EQ(at("t.size('C')"), V{"4:8 UPG210"});
+  // Keywords: unknown ones, keyword-only ones, one given twice.
+  EXPECT_EQ(at("t.sum(dim='C', bogus=1)"), V{});
+  EXPECT_EQ(at("t.sum('C', dim='H')"), V{});
+  EXPECT_EQ(at("t.diagonal('A')"), V{});
+  EXPECT_EQ(at("t.diagonal(outdim='D', dim1='A', dim2='B')"), V{"4:19 UPG210"});
+  EXPECT_EQ(at("t.sort(dim='C', descending=True)"), V{"4:12 UPG210"});
+  EXPECT_EQ(at("t.sum(*dims)"), V{});
+  EXPECT_EQ(at("t.transpose(*names, 'C')"), V{});
+  EXPECT_EQ(at("t.sum('C', **kw)"), V{"4:7 UPG210"});
+  // Function forms: the tensor comes first (or as input=), then the method's parameters.
+  EXPECT_EQ(at("torch.sum(t, 'C')"), V{"4:14 UPG210"});
+  EXPECT_EQ(at("torch.sum('C')"), V{});
+  EXPECT_EQ(at("torch.sum(input=t, dim='C')"), V{"4:24 UPG210"});
+  EXPECT_EQ(at("torch.cat([t, t], 'C')"), V{"4:19 UPG210"});
+  EXPECT_EQ(at("torch.cumsum(t, 'C', out=t)"), V{"4:17 UPG210"});
+  EXPECT_EQ(at("torch.Tensor.sum(t, 'C')"), V{"4:21 UPG210"});
+  EXPECT_EQ(at("torch.size(t, 'C')"), V{});  // Tensor.size has no torch.size
+  EXPECT_EQ(at("F.softmax(t, dim='C')"), V{"4:18 UPG210"});
+  EXPECT_EQ(at("F.softmax(t, 'C')"), V{});  // positions of torch.nn.functional are not in the table
+  // One finding per call, at the first dimension name.
+  EXPECT_EQ(at("t.transpose('H', 'W')"), V{"4:13 UPG210"});
+  // Calls into other libraries and onto modules are not tensor methods.
+  EXPECT_EQ(at("import numpy as np\nnp.sum(t, 'C')"), V{});
+}
+
+TEST(UpgradeRules, AVariableHoldingARenamedFunctionIsFoundAtItsAssignment) {
+  EXPECT_EQ(check("import torch.distributed as dist\nfn = dist.all_gather_into_tensor\n"
+                  "def f():\n    return fn\nfn(a, b)\n"),
+            (std::vector<std::string>{"2:11 UPG101"}));
+  // An imported alias is fixed at the import and still reported where used.
+  EXPECT_EQ(check("from torch.distributed import all_gather_into_tensor as ag\nag(1, 2)\n"),
+            (std::vector<std::string>{"1:31 UPG101", "2:1 UPG101"}));
 }
 
 TEST(UpgradeRules, NotebookCellsShareImports) {

@@ -29,7 +29,8 @@ struct ScanOptions {
                                         // and against the path relative to the scanned folder
   bool default_excludes = true;
   int threads = 0;                      // 0: lmcore::num_threads()
-  Confidence min_confidence = Confidence::low;
+  Confidence min_confidence = Confidence::medium;  // low: also named-tensor findings with no evidence of
+                                                  // torch (see python_check.h)
   std::vector<std::string> select;      // code prefixes to keep (empty: all)
   std::vector<std::string> ignore;      // code prefixes to drop
 };

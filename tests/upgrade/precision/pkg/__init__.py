@@ -1,0 +1,1 @@
+"""A package whose modules get tensors from one that imports torch."""  # none
