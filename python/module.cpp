@@ -13,6 +13,7 @@ void bind_attention(py::module_& m);
 void bind_io(py::module_& m);
 void bind_loss(py::module_& m);
 void bind_model(py::module_& m);
+void bind_text(py::module_& m);
 }  // namespace lmcore::python
 
 PYBIND11_MODULE(lmcore, m) {
@@ -33,4 +34,5 @@ PYBIND11_MODULE(lmcore, m) {
   lmcore::python::bind_io(m);
   lmcore::python::bind_loss(m);
   lmcore::python::bind_model(m);
+  lmcore::python::bind_text(m);
 }

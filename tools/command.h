@@ -24,5 +24,7 @@ int run_inspect(int argc, char** argv);
 int run_convert(int argc, char** argv);
 int run_train(int argc, char** argv);
 int run_generate(int argc, char** argv);
+int run_tokenizer(int argc, char** argv);
+int run_tokenize(int argc, char** argv);
 
 }  // namespace lmcore::cli

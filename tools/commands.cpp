@@ -14,6 +14,9 @@ const std::vector<Command>& all_commands() {
       {"convert", "checkpoint conversion, verified: lmcore convert IN OUT [--to safetensors|torch]", run_convert},
       {"train", "train a Llama-style model (no arguments: the built-in default run)", run_train},
       {"generate", "sample from a checkpoint: lmcore generate --checkpoint DIR --prompt TEXT", run_generate},
+      {"tokenizer", "byte-level BPE: lmcore tokenizer train|encode|decode (train on files; encode/decode stdin)",
+       run_tokenizer},
+      {"tokenize", "text files -> token shards: lmcore tokenize --tokenizer FILE --out-dir DIR FILES...", run_tokenize},
   };
   return commands;
 }
