@@ -1,160 +1,232 @@
-// Naive attention straight from the definitions, f64 accumulation: the oracle for the kernels.
+// Naive attention straight from the definitions, f64 throughout: the oracle for the flex and sdpa kernels.
+//
+// It shares no code with the kernels it checks: its own shape checks and scale, the mask asked element
+// by element from MaskMod::allowed (the definition, not the block lists), every score-modifier step
+// evaluated from the formulas in score_mod.h on the plain description ScoreMod::steps() gives (never
+// ScoreMod::apply / apply_tile), and the chain rule into the modifier parameters written out per element.
 #include "lmcore/attention/reference.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#include "src/attention/flex_attention_internal.h"
+#include "lmcore/core/error.h"
 
 namespace lmcore::attention {
 
 namespace {
 
-struct Inputs {
-  detail::AttentionShape sh;
-  std::vector<double> q, k, v;
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+struct Problem {
+  std::int64_t B = 0, Hq = 0, Hkv = 0, L = 0, S = 0, D = 0, Dv = 0;
+  double scale = 0;
+  std::vector<double> q, k, v;  // row-major [B, Hq, L, D], [B, Hkv, S, D], [B, Hkv, S, Dv]
+  std::vector<ScoreModStep> steps;
+
+  double qv(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t d) const {
+    return q[static_cast<std::size_t>(((b * Hq + h) * L + i) * D + d)];
+  }
+  std::size_t kv_row(std::int64_t b, std::int64_t h, std::int64_t j) const {
+    const std::int64_t hkv = h / (Hq / Hkv);
+    return static_cast<std::size_t>((b * Hkv + hkv) * S + j);
+  }
 };
 
-Inputs load(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const char* op) {
-  Inputs in;
-  in.sh = detail::check_qkv(q, k, v, scale, op);
-  in.q = q.to_vector<double>();
-  in.k = k.to_vector<double>();
-  in.v = v.to_vector<double>();
-  return in;
-}
-
-// Scores of one query row after scale, score_mod and mask (-inf where masked), with the derivative of
-// the score_mod in *deriv and the scores before the score_mod in *raw when asked.
-void row_scores(const Inputs& in, const MaskMod& mask, const ScoreMod& mod, std::int64_t b, std::int64_t h,
-                std::int64_t i, std::vector<double>& s, std::vector<double>* deriv, std::vector<float>* raw = nullptr) {
-  const auto& sh = in.sh;
-  const std::int64_t hkv = h / (sh.q_heads / sh.kv_heads);
-  const double* qr = in.q.data() + ((b * sh.q_heads + h) * sh.q_len + i) * sh.head_dim;
-  for (std::int64_t j = 0; j < sh.kv_len; ++j) {
-    const double* kr = in.k.data() + ((b * sh.kv_heads + hkv) * sh.kv_len + j) * sh.head_dim;
-    double dot = 0;
-    for (std::int64_t d = 0; d < sh.head_dim; ++d) dot += qr[d] * kr[d];
-    float g = 1.0f;
-    if (raw != nullptr) (*raw)[static_cast<std::size_t>(j)] = static_cast<float>(dot * sh.scale);
-    const float x = mod.apply(static_cast<float>(dot * sh.scale), b, h, i, j, deriv != nullptr ? &g : nullptr);
-    s[static_cast<std::size_t>(j)] = mask.allowed(b, h, i, j) ? static_cast<double>(x)
-                                                               : -std::numeric_limits<double>::infinity();
-    if (deriv != nullptr) (*deriv)[static_cast<std::size_t>(j)] = g;
+Problem load(const Tensor& q, const Tensor& k, const Tensor& v, const ScoreMod& mod, double scale, const char* op) {
+  for (const Tensor* t : {&q, &k, &v})
+    LMCORE_CHECK(t->defined() && t->dim() == 4, "{}: expected q [B, Hq, L, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv]",
+                 op);
+  Problem p;
+  p.B = q.size(0), p.Hq = q.size(1), p.L = q.size(2), p.D = q.size(3);
+  p.Hkv = k.size(1), p.S = k.size(2), p.Dv = v.size(3);
+  LMCORE_CHECK(k.size(0) == p.B && v.size(0) == p.B && v.size(1) == p.Hkv && v.size(2) == p.S && k.size(3) == p.D,
+               "{}: shapes do not fit: q {}, k {}, v {}", op, shape_str(q.shape()), shape_str(k.shape()),
+               shape_str(v.shape()));
+  LMCORE_CHECK(p.Hkv >= 1 && p.Hq % p.Hkv == 0, "{}: Hq = {} is not a multiple of Hkv = {}", op, p.Hq, p.Hkv);
+  p.scale = scale == 0.0 ? 1.0 / std::sqrt(static_cast<double>(p.D)) : scale;
+  p.q = q.to_vector<double>();
+  p.k = k.to_vector<double>();
+  p.v = v.to_vector<double>();
+  p.steps = mod.steps();
+  for (const ScoreModStep& s : p.steps) {
+    if (s.kind == ScoreModStep::Kind::alibi)
+      LMCORE_CHECK(static_cast<std::int64_t>(s.table.size()) >= p.Hq, "{}: {} alibi slopes for {} heads", op,
+                   s.table.size(), p.Hq);
+    if (s.kind == ScoreModStep::Kind::relative_bias) {
+      const std::int64_t rows = static_cast<std::int64_t>(s.table.size()) / (2 * s.radius + 1);
+      LMCORE_CHECK(rows == 1 || rows >= p.Hq, "{}: relative bias has {} rows for {} heads", op, rows, p.Hq);
+    }
   }
+  return p;
 }
 
-// Softmax in place; returns lse (-inf for a row with nothing allowed, whose p is then all 0).
-double softmax(std::vector<double>& s) {
-  double m = -std::numeric_limits<double>::infinity();
-  for (double x : s) m = std::max(m, x);
-  if (m == -std::numeric_limits<double>::infinity()) {
-    for (double& x : s) x = 0;
-    return m;
+// Index into a relative-position table: row h (or the one shared row), column clamp(q - kv, -R, R) + R.
+std::size_t bias_entry(const ScoreModStep& s, std::int64_t h, std::int64_t i, std::int64_t j) {
+  const std::int64_t width = 2 * s.radius + 1;
+  const std::int64_t row = static_cast<std::int64_t>(s.table.size()) == width ? 0 : h;
+  const std::int64_t rel = std::min(std::max(i - j, -s.radius), s.radius);
+  return static_cast<std::size_t>(row * width + rel + s.radius);
+}
+
+// One element through the chain: returns the modified score; in[t] receives the input of step t.
+double modify(const Problem& p, double x, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j,
+              std::vector<double>* in) {
+  for (std::size_t t = 0; t < p.steps.size(); ++t) {
+    const ScoreModStep& s = p.steps[t];
+    if (in != nullptr) (*in)[t] = x;
+    switch (s.kind) {
+      case ScoreModStep::Kind::relative_bias: x += s.table[bias_entry(s, h, i, j)]; break;
+      case ScoreModStep::Kind::alibi:
+        x += static_cast<double>(s.table[static_cast<std::size_t>(h)]) * static_cast<double>(j - i);
+        break;
+      case ScoreModStep::Kind::softcap: x = s.cap * std::tanh(x / s.cap); break;
+      case ScoreModStep::Kind::function: x = s.fn(static_cast<float>(x), b, h, i, j); break;
+    }
+  }
+  return x;
+}
+
+// Back through the chain: g = d loss / d(modified score) in, d loss / d(raw score) out; adds
+// d loss / d table entry into grads[parameter step].
+double unmodify(const Problem& p, double g, const std::vector<double>& in, std::int64_t b, std::int64_t h,
+                std::int64_t i, std::int64_t j, std::vector<std::vector<double>>& grads) {
+  std::size_t param = 0;
+  for (const ScoreModStep& s : p.steps)
+    param += s.kind == ScoreModStep::Kind::relative_bias || s.kind == ScoreModStep::Kind::alibi ? 1 : 0;
+  for (std::size_t t = p.steps.size(); t-- > 0;) {
+    const ScoreModStep& s = p.steps[t];
+    switch (s.kind) {
+      case ScoreModStep::Kind::relative_bias: grads[--param][bias_entry(s, h, i, j)] += g; break;
+      case ScoreModStep::Kind::alibi: grads[--param][static_cast<std::size_t>(h)] += g * static_cast<double>(j - i); break;
+      case ScoreModStep::Kind::softcap: {
+        const double th = std::tanh(in[t] / s.cap);
+        g *= 1.0 - th * th;
+        break;
+      }
+      case ScoreModStep::Kind::function:
+        LMCORE_CHECK(static_cast<bool>(s.derivative),
+                     "attention_backward_reference: score_mod '{}' has no derivative", s.name);
+        g *= s.derivative(static_cast<float>(in[t]), b, h, i, j);
+        break;
+    }
+  }
+  return g;
+}
+
+// Probabilities of row (b, h, i) into prob (0 where masked); returns the log-sum-exp (-inf, and prob all 0,
+// when no key is allowed). in[j] receives the step inputs of key j when not null.
+double row_softmax(const Problem& p, const MaskMod& mask, std::int64_t b, std::int64_t h, std::int64_t i,
+                   std::vector<double>& prob, std::vector<std::vector<double>>* in) {
+  double m = kNegInf;
+  for (std::int64_t j = 0; j < p.S; ++j) {
+    double s = kNegInf;
+    if (mask.allowed(b, h, i, j)) {
+      const std::size_t kr = p.kv_row(b, h, j);
+      double dot = 0;
+      for (std::int64_t d = 0; d < p.D; ++d) dot += p.qv(b, h, i, d) * p.k[kr * static_cast<std::size_t>(p.D) + d];
+      s = modify(p, dot * p.scale, b, h, i, j, in != nullptr ? &(*in)[static_cast<std::size_t>(j)] : nullptr);
+    }
+    prob[static_cast<std::size_t>(j)] = s;
+    m = std::max(m, s);
+  }
+  if (m == kNegInf) {
+    std::fill(prob.begin(), prob.end(), 0.0);
+    return kNegInf;
   }
   double sum = 0;
-  for (double& x : s) {
-    x = std::exp(x - m);
-    sum += x;
-  }
-  for (double& x : s) x /= sum;
+  for (double& x : prob) sum += (x = std::exp(x - m));
+  for (double& x : prob) x /= sum;
   return m + std::log(sum);
 }
+
+Tensor f64_tensor(const std::vector<double>& x, const Shape& shape) { return Tensor::from_vector(x, shape); }
 
 }  // namespace
 
 FlexResult attention_reference(const Tensor& q, const Tensor& k, const Tensor& v, const MaskMod& mask,
                                const ScoreMod& score_mod, double scale) {
-  const Inputs in = load(q, k, v, scale, "attention_reference");
-  const auto& sh = in.sh;
-  Tensor out = Tensor::zeros({sh.batch, sh.q_heads, sh.q_len, sh.value_dim}, DType::f32);
-  Tensor lse = Tensor::empty({sh.batch, sh.q_heads, sh.q_len}, DType::f32);
-  float* o = out.data<float>();
-  float* l = lse.data<float>();
-  std::vector<double> s(static_cast<std::size_t>(sh.kv_len));
-  for (std::int64_t b = 0; b < sh.batch; ++b) {
-    for (std::int64_t h = 0; h < sh.q_heads; ++h) {
-      const std::int64_t hkv = h / (sh.q_heads / sh.kv_heads);
-      for (std::int64_t i = 0; i < sh.q_len; ++i) {
-        row_scores(in, mask, score_mod, b, h, i, s, nullptr);
-        const std::int64_t row = (b * sh.q_heads + h) * sh.q_len + i;
-        l[row] = static_cast<float>(softmax(s));
-        for (std::int64_t e = 0; e < sh.value_dim; ++e) {
-          double acc = 0;
-          for (std::int64_t j = 0; j < sh.kv_len; ++j)
-            acc += s[static_cast<std::size_t>(j)] *
-                   in.v[static_cast<std::size_t>(((b * sh.kv_heads + hkv) * sh.kv_len + j) * sh.value_dim + e)];
-          o[row * sh.value_dim + e] = static_cast<float>(acc);
+  const Problem p = load(q, k, v, score_mod, scale, "attention_reference");
+  std::vector<double> out(static_cast<std::size_t>(p.B * p.Hq * p.L * p.Dv), 0.0);
+  std::vector<double> lse(static_cast<std::size_t>(p.B * p.Hq * p.L));
+  std::vector<double> prob(static_cast<std::size_t>(p.S));
+  for (std::int64_t b = 0; b < p.B; ++b)
+    for (std::int64_t h = 0; h < p.Hq; ++h)
+      for (std::int64_t i = 0; i < p.L; ++i) {
+        const std::int64_t row = (b * p.Hq + h) * p.L + i;
+        lse[static_cast<std::size_t>(row)] = row_softmax(p, mask, b, h, i, prob, nullptr);
+        for (std::int64_t j = 0; j < p.S; ++j) {
+          const double pj = prob[static_cast<std::size_t>(j)];
+          const std::size_t vr = p.kv_row(b, h, j) * static_cast<std::size_t>(p.Dv);
+          for (std::int64_t e = 0; e < p.Dv; ++e) out[static_cast<std::size_t>(row * p.Dv + e)] += pj * p.v[vr + e];
         }
       }
-    }
-  }
-  return {out, lse};
+  return {f64_tensor(out, {p.B, p.Hq, p.L, p.Dv}), f64_tensor(lse, {p.B, p.Hq, p.L})};
 }
 
 FlexGrads attention_backward_reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& d_out,
-                                       const MaskMod& mask, const ScoreMod& score_mod, double scale) {
-  const Inputs in = load(q, k, v, scale, "attention_backward_reference");
-  const auto& sh = in.sh;
+                                       const MaskMod& mask, const ScoreMod& score_mod, double scale,
+                                       const Tensor& out) {
+  const Problem p = load(q, k, v, score_mod, scale, "attention_backward_reference");
+  LMCORE_CHECK(d_out.defined() && d_out.shape() == (Shape{p.B, p.Hq, p.L, p.Dv}),
+               "attention_backward_reference: d_out must be [{}, {}, {}, {}]", p.B, p.Hq, p.L, p.Dv);
+  LMCORE_CHECK(!out.defined() || out.shape() == d_out.shape(), "attention_backward_reference: out must be [{}, {}, {}, {}]",
+               p.B, p.Hq, p.L, p.Dv);
   const std::vector<double> g = d_out.to_vector<double>();
-  std::vector<double> dq(in.q.size(), 0.0), dk(in.k.size(), 0.0), dv(in.v.size(), 0.0);
-  std::vector<double> p(static_cast<std::size_t>(sh.kv_len)), deriv(p.size()), dp(p.size());
-  const std::int64_t D = sh.head_dim, Dv = sh.value_dim;
-  // Score-mod parameters: per element, d loss / d(modified score) times d(modified) / d(table entry).
-  const std::vector<std::vector<std::int64_t>> param_shapes = score_mod.parameter_shapes();
-  const std::size_t n_params = param_shapes.size();
+  const std::vector<double> o = out.defined() ? out.to_vector<double>() : std::vector<double>();
+  std::vector<double> dq(p.q.size(), 0.0), dk(p.k.size(), 0.0), dv(p.v.size(), 0.0);
   std::vector<std::vector<double>> param_grads;
-  for (const auto& shape : param_shapes) param_grads.emplace_back(static_cast<std::size_t>(checked_numel(shape)), 0.0);
-  std::vector<double*> param_out;
-  for (auto& g : param_grads) param_out.push_back(g.data());
-  std::vector<float> raw(p.size()), suffix(n_params);
-  std::vector<float*> suffix_ptr;
-  for (std::size_t x = 0; x < n_params; ++x) suffix_ptr.push_back(suffix.data() + x);
-  for (std::int64_t b = 0; b < sh.batch; ++b) {
-    for (std::int64_t h = 0; h < sh.q_heads; ++h) {
-      const std::int64_t hkv = h / (sh.q_heads / sh.kv_heads);
-      for (std::int64_t i = 0; i < sh.q_len; ++i) {
-        row_scores(in, mask, score_mod, b, h, i, p, &deriv, n_params > 0 ? &raw : nullptr);
-        softmax(p);
-        const std::int64_t row = (b * sh.q_heads + h) * sh.q_len + i;
-        const double* gr = g.data() + row * Dv;
-        // dP_j = dO . v_j;  dS_j = P_j (dP_j - sum_k P_k dP_k) * mod'_j
-        double dot = 0;
-        for (std::int64_t j = 0; j < sh.kv_len; ++j) {
-          const double* vr = in.v.data() + ((b * sh.kv_heads + hkv) * sh.kv_len + j) * Dv;
+  std::vector<Shape> param_shapes;
+  for (const ScoreModStep& s : p.steps) {
+    if (s.kind == ScoreModStep::Kind::relative_bias) {
+      const std::int64_t width = 2 * s.radius + 1;
+      param_shapes.push_back({static_cast<std::int64_t>(s.table.size()) / width, width});
+    } else if (s.kind == ScoreModStep::Kind::alibi) {
+      param_shapes.push_back({static_cast<std::int64_t>(s.table.size())});
+    } else {
+      continue;
+    }
+    param_grads.emplace_back(s.table.size(), 0.0);
+  }
+  std::vector<double> prob(static_cast<std::size_t>(p.S)), dprob(prob.size());
+  std::vector<std::vector<double>> in(prob.size(), std::vector<double>(p.steps.size()));
+  for (std::int64_t b = 0; b < p.B; ++b)
+    for (std::int64_t h = 0; h < p.Hq; ++h)
+      for (std::int64_t i = 0; i < p.L; ++i) {
+        row_softmax(p, mask, b, h, i, prob, &in);
+        const std::int64_t row = (b * p.Hq + h) * p.L + i;
+        const double* gr = g.data() + row * p.Dv;
+        // out = sum_j P_j v_j:  dv_j += P_j dO,  dP_j = dO . v_j
+        // P = softmax(S):       dS_j = P_j (dP_j - sum_l P_l dP_l)
+        double delta = 0;
+        for (std::int64_t j = 0; j < p.S; ++j) {
+          const std::size_t vr = p.kv_row(b, h, j) * static_cast<std::size_t>(p.Dv);
           double x = 0;
-          for (std::int64_t e = 0; e < Dv; ++e) x += gr[e] * vr[e];
-          dp[static_cast<std::size_t>(j)] = x;
-          dot += p[static_cast<std::size_t>(j)] * x;
+          for (std::int64_t e = 0; e < p.Dv; ++e) x += gr[e] * p.v[vr + e];
+          dprob[static_cast<std::size_t>(j)] = x;
+          delta += prob[static_cast<std::size_t>(j)] * x;
         }
-        for (std::int64_t j = 0; j < sh.kv_len; ++j) {
-          const double pj = p[static_cast<std::size_t>(j)];
-          if (pj == 0) continue;
-          const std::size_t kv_row = static_cast<std::size_t>((b * sh.kv_heads + hkv) * sh.kv_len + j);
-          for (std::int64_t e = 0; e < Dv; ++e) dv[kv_row * Dv + e] += pj * gr[e];
-          const double ds_modified = pj * (dp[static_cast<std::size_t>(j)] - dot);
-          if (n_params > 0) {
-            float unused = 0;
-            (void)score_mod.apply(raw[static_cast<std::size_t>(j)], b, h, i, j, &unused, suffix.data());
-            const float ds_f = static_cast<float>(ds_modified);
-            score_mod.accumulate_parameter_grads(b, h, i, 1, j, 1, &ds_f, suffix_ptr.data(), 1, param_out.data());
-          }
-          const double ds = ds_modified * deriv[static_cast<std::size_t>(j)] * sh.scale;
-          for (std::int64_t d = 0; d < D; ++d) {
-            dq[static_cast<std::size_t>(row * D + d)] += ds * in.k[kv_row * D + d];
-            dk[kv_row * D + d] += ds * in.q[static_cast<std::size_t>(row * D + d)];
+        if (!o.empty()) {
+          delta = 0;
+          for (std::int64_t e = 0; e < p.Dv; ++e) delta += gr[e] * o[static_cast<std::size_t>(row * p.Dv + e)];
+        }
+        for (std::int64_t j = 0; j < p.S; ++j) {
+          const double pj = prob[static_cast<std::size_t>(j)];
+          if (pj == 0) continue;  // masked (or underflowed): no path to the inputs
+          const std::size_t kr = p.kv_row(b, h, j);
+          for (std::int64_t e = 0; e < p.Dv; ++e) dv[kr * static_cast<std::size_t>(p.Dv) + e] += pj * gr[e];
+          const double ds_mod = pj * (dprob[static_cast<std::size_t>(j)] - delta);
+          // S_j = mods(scale * q . k_j): through the modifier chain, then the scale.
+          const double ds = unmodify(p, ds_mod, in[static_cast<std::size_t>(j)], b, h, i, j, param_grads) * p.scale;
+          for (std::int64_t d = 0; d < p.D; ++d) {
+            dq[static_cast<std::size_t>(row * p.D + d)] += ds * p.k[kr * static_cast<std::size_t>(p.D) + d];
+            dk[kr * static_cast<std::size_t>(p.D) + d] += ds * p.qv(b, h, i, d);
           }
         }
       }
-    }
-  }
-  auto to_f32 = [](const std::vector<double>& x, const Shape& shape) {
-    std::vector<float> f(x.begin(), x.end());
-    return Tensor::from_vector(f, shape);
-  };
-  FlexGrads grads{to_f32(dq, q.shape()), to_f32(dk, k.shape()), to_f32(dv, v.shape()), {}};
-  for (std::size_t x = 0; x < n_params; ++x) grads.score_mod_grads.push_back(to_f32(param_grads[x], param_shapes[x]));
+  FlexGrads grads{f64_tensor(dq, q.shape()), f64_tensor(dk, k.shape()), f64_tensor(dv, v.shape()), {}};
+  for (std::size_t x = 0; x < param_grads.size(); ++x) grads.score_mod_grads.push_back(f64_tensor(param_grads[x], param_shapes[x]));
   return grads;
 }
 

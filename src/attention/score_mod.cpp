@@ -221,6 +221,27 @@ void ScoreMod::apply_tile(std::int64_t b, std::int64_t h, std::int64_t q0, std::
   }
 }
 
+std::vector<ScoreModStep> ScoreMod::steps() const {
+  std::vector<ScoreModStep> out;
+  for (const auto& s : steps_) {
+    ScoreModStep v;
+    switch (s->kind) {
+      case Step::Kind::relative_bias: v.kind = ScoreModStep::Kind::relative_bias; break;
+      case Step::Kind::alibi: v.kind = ScoreModStep::Kind::alibi; break;
+      case Step::Kind::softcap: v.kind = ScoreModStep::Kind::softcap; break;
+      case Step::Kind::function: v.kind = ScoreModStep::Kind::function; break;
+    }
+    v.table = s->table;
+    v.radius = s->radius;
+    v.cap = s->cap;
+    v.fn = s->fn;
+    v.derivative = s->derivative;
+    v.name = s->name;
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
 std::int64_t ScoreMod::num_parameter_steps() const {
   std::int64_t n = 0;
   for (const auto& s : steps_) n += s->has_parameters() ? 1 : 0;

@@ -15,6 +15,9 @@ namespace {
 
 using testing::random_tensor;
 
+// Kernel (f32) against the reference: |diff| <= a eps max|want| with eps = 2^-23 (see the figures above).
+constexpr testing::Bound kParamBound{64, 0};
+
 // loss = sum(out * g) through the f64 reference.
 double reference_loss(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const MaskMod& mask,
                       const ScoreMod& mod) {
@@ -48,30 +51,51 @@ std::vector<float> kernel_grad(const Problem& p, const ScoreMod& mod, std::size_
   return gr.score_mod_grads.at(which).to_vector<float>();
 }
 
-// Central differences of the reference loss in each entry of `table`, rebuilt into a ScoreMod by make.
+std::vector<double> reference_grad(const Problem& p, const ScoreMod& mod, std::size_t which) {
+  return attention_backward_reference(p.q, p.k, p.v, p.g, p.mask, mod).score_mod_grads.at(which).to_vector<double>();
+}
+
+// The kernel's gradient of table `which` against the f64 reference's chain rule, and that chain rule
+// against finite differences of the reference's loss in each entry of `table` (rebuilt into a ScoreMod
+// by make). The differences use the fourth-order stencil with h = 2^-12, whose steps are exact in f32
+// for these tables (multiples of 2^-6): truncation ~(h |kv - q|)^4 f^(5) / 30, below 1e-9 even for the
+// slopes, whose scores move by (kv - q) h; rounding ~1e-16 |loss| / h ~ 1e-11.
 template <typename Make>
 void expect_matches_finite_differences(const Problem& p, std::vector<float> table, Make make, std::size_t which,
                                        const char* name) {
   SCOPED_TRACE(name);
   const std::vector<float> got = kernel_grad(p, make(table), which, 16);
+  const std::vector<double> want = reference_grad(p, make(table), which);
   ASSERT_EQ(got.size(), table.size());
-  const float eps = 1e-2f;
+  ASSERT_EQ(want.size(), table.size());
+  const Shape shape{static_cast<std::int64_t>(got.size())};
+  EXPECT_TRUE(testing::close_within(std::string(name) + " kernel vs reference", Tensor::from_vector(got, shape),
+                                    Tensor::from_vector(want, shape), DType::f32, kParamBound));
+  const float h = 0x1p-12f;
+  std::vector<double> fd(table.size());
   for (std::size_t i = 0; i < table.size(); ++i) {
     const float x = table[i];
-    table[i] = x + eps;
-    const double up = reference_loss(p.q, p.k, p.v, p.g, p.mask, make(table));
-    table[i] = x - eps;
-    const double down = reference_loss(p.q, p.k, p.v, p.g, p.mask, make(table));
-    table[i] = x;
-    const double want = (up - down) / (2.0 * eps);
-    EXPECT_NEAR(got[i], want, 2e-3 + 1e-2 * std::abs(want)) << name << " entry " << i;
+    auto loss_at = [&](float step) {
+      table[i] = x + step;
+      const double l = reference_loss(p.q, p.k, p.v, p.g, p.mask, make(table));
+      table[i] = x;
+      return l;
+    };
+    fd[i] = (8.0 * (loss_at(h) - loss_at(-h)) - (loss_at(2 * h) - loss_at(-2 * h))) / (12.0 * h);
   }
+  bounds::report_error(std::string(name) + " reference vs differences", Tensor::from_vector(want, shape),
+                       Tensor::from_vector(fd, shape), DType::f64, {1, 0});
+  // Measured |reference - differences| <= 2.7e-11 max|grad| (softcap, alibi, softcap); 1e-9 keeps a
+  // margin of 37 and is ten million times below a 1% error.
+  EXPECT_TRUE(testing::all_close(std::string(name) + " reference vs finite differences", Tensor::from_vector(want, shape),
+                                 Tensor::from_vector(fd, shape), 1e-9 * testing::max_abs(Tensor::from_vector(fd, shape)),
+                                 0.0));
 }
 
 TEST(ScoreModGrads, RelativeBiasMatchesFiniteDifferences) {
   const Problem p = make_problem(2, 1, 29, 35, MaskMod::sliding_window(9) | MaskMod::prefix_lm(3), 40);
   std::vector<float> bias(2 * 9);
-  for (std::size_t i = 0; i < bias.size(); ++i) bias[i] = 0.2f * static_cast<float>(i % 5) - 0.4f;
+  for (std::size_t i = 0; i < bias.size(); ++i) bias[i] = 0.25f * static_cast<float>(i % 5) - 0.5f;
   // Per-head rows, R = 4, with a softcap after it: the cap's derivative chains into the table's gradient.
   expect_matches_finite_differences(
       p, bias, [](const std::vector<float>& t) { return ScoreMod::relative_position_bias(t, 4).then(ScoreMod::softcap(1.5f)); },

@@ -1,5 +1,6 @@
-// Shared helpers of the attention tests: seeded random tensors and a closeness check that reports the
-// tensor's name, the worst element and its index.
+// Shared helpers of the attention tests: seeded random tensors, a closeness check that reports the
+// tensor's name, the worst element and its index, and (from tests/common/bounds.h) bounds scaled by the
+// dtype's epsilon and the tensor's magnitude that are shown, on every use, to reject a 1% error.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "lmcore/core/tensor.h"
+#include "tests/common/bounds.h"
 
 namespace lmcore::attention::testing {
 
@@ -49,5 +51,10 @@ inline ::testing::AssertionResult all_close(const std::string& name, const Tenso
   return ::testing::AssertionFailure() << name << ": " << bad << " of " << g.size() << " elements differ; worst at flat "
                                        << at << ": got " << g[at] << ", want " << w[at] << " (|diff| " << worst << ")";
 }
+
+using bounds::Bound;
+using bounds::close_within;
+using bounds::epsilon_of;
+using bounds::max_abs;
 
 }  // namespace lmcore::attention::testing

@@ -29,6 +29,18 @@ namespace lmcore::attention {
 using ScoreFunction =
     std::function<float(float score, std::int64_t b, std::int64_t h, std::int64_t q_idx, std::int64_t kv_idx)>;
 
+// One step of a chain as plain data: what ScoreMod::steps() returns for code that evaluates the chain
+// from its definition instead of through apply() (the naive reference in reference.h does, so that it
+// shares no arithmetic with the kernels it checks).
+struct ScoreModStep {
+  enum class Kind { relative_bias, alibi, softcap, function } kind = Kind::function;
+  std::vector<float> table;  // relative_bias: [rows][2 * radius + 1] (rows 1 or one per head); alibi: slopes
+  std::int64_t radius = 0;   // relative_bias
+  float cap = 0;             // softcap
+  ScoreFunction fn, derivative;  // function (derivative may be empty)
+  std::string name;              // function
+};
+
 class ScoreMod {
  public:
   ScoreMod() = default;  // identity
@@ -72,6 +84,8 @@ class ScoreMod {
                                   double* const* grads) const;
   // Checks that head indices up to heads - 1 are covered by per-head tables; names `op`.
   void check_heads(std::int64_t heads, const char* op) const;
+  // The chain, first step first.
+  std::vector<ScoreModStep> steps() const;
 
   struct Step;
 
