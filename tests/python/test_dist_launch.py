@@ -237,11 +237,17 @@ def test_trace_cli_names_the_first_disagreement_and_missing_rank(tmp_path):
         sys.exit(0)
     try:
         pg.all_gather_single(torch.empty(48), x)
-    except lmcore.dist.DistError:
-        pass  # timeout: the recorder dumps itself
+        raise SystemExit("all_gather_single returned although rank 2 never entered it")
+    except lmcore.dist.DistError as e:
+        # The timeout this test is built on (the recorder dumps itself on it): anything else fails.
+        assert e.kind == "timeout" and e.op == "all_gather_single", (e.kind, e.op)
+        assert e.seq == 2 and e.missing_ranks == [2], (e.seq, e.missing_ranks)
+        print("timed out as expected")
     """
     res = launch(tmp_path, body, 3, "--keep-going")
     assert res.returncode == 0, res.stdout + res.stderr
+    for rank in (0, 1):
+        assert "timed out as expected" in lines_of(res.stdout, rank), res.stdout + res.stderr
     dumps = sorted(str(p) for p in traces.glob("*.json"))
     assert len(dumps) == 3
     out = subprocess.run([str(LMCORE), "trace", *dumps], capture_output=True, text=True)

@@ -78,9 +78,30 @@ def test_real_module_state_dict(tmp_path):
 
 
 def test_parameters_and_requires_grad(tmp_path):
+    """Parameters (trainable or frozen) and tensors with requires_grad load as their data, bit for bit;
+    requires_grad is not kept (lmcore/io/checkpoint.h), so saving them again gives torch plain tensors."""
     p = torch.nn.Parameter(random_tensor((4, 4), torch.float32, 5))
-    t = lmcore.load(str(save(tmp_path, {"p": p, "buf": torch.ones(2)})))
-    assert_same(t["p"], p)
+    frozen = torch.nn.Parameter(random_tensor((3,), torch.bfloat16, 6), requires_grad=False)
+    leaf = torch.linspace(-1, 1, 5, dtype=torch.float64).requires_grad_()
+    sd = {"p": p, "frozen": frozen, "leaf": leaf, "buf": torch.ones(2)}
+    path = save(tmp_path, sd)
+    # The file really holds pickled Parameters and a requires_grad=True tensor (so this test reads them).
+    with zipfile.ZipFile(path) as z:
+        pkl = z.read(next(n for n in z.namelist() if n.endswith("data.pkl")))
+    assert b"torch._utils\n_rebuild_parameter" in pkl
+    raw = torch.load(path)
+    assert raw["p"].requires_grad and not raw["frozen"].requires_grad and raw["leaf"].requires_grad
+    t = lmcore.load(str(path))
+    assert list(t) == list(sd)
+    for k, x in sd.items():
+        assert_same(t[k], x.detach(), k)
+        assert not hasattr(t[k], "requires_grad"), k
+    again = tmp_path / "again.pt"
+    lmcore.save_torch(str(again), t)
+    back = torch.load(again, weights_only=True)
+    for k, x in sd.items():
+        assert type(back[k]) is torch.Tensor and not back[k].requires_grad, k
+        assert back[k].dtype == x.dtype and torch_bytes(back[k]) == torch_bytes(x.detach()), k
 
 
 def test_single_tensor_and_lists(tmp_path):
