@@ -1,6 +1,7 @@
-// ProcessGroup's life cycle: options from the environment, rendezvous over the store, the worker
-// that runs calls in order, failure handling (roll call, trace dump, logs), abort, and the Work
-// handle. Shrink/reconfigure/join are in membership.cpp; the algorithms in collectives.cpp.
+// ProcessGroup's life cycle: rendezvous over the store, the worker that runs calls in order, failure
+// handling (roll call, trace dump, logs), abort, and the Work handle. Shrink/reconfigure/join are in
+// membership.cpp; the collectives in collectives.cpp, over the algorithms in header_round.cpp,
+// direct.cpp and ring.cpp.
 #include <signal.h>
 #include <unistd.h>
 
@@ -15,8 +16,8 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include "src/dist/collectives.h"
 #include "src/dist/group_impl.h"
-#include "src/dist/membership.h"
 
 namespace lmcore::dist {
 
@@ -125,10 +126,9 @@ std::shared_ptr<GroupImpl> make_group(const GroupConfig& o, std::shared_ptr<Stor
       fail("ProcessGroup: cannot listen on '{}' (LMCORE_DIST_HOST): {}", o.host, e.what());
     }
   }
-  g->device = device;
   const auto t0 = Clock::now();
+  auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
   if (size > 1) {
-    auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
     ctx->setTimeout(o.connect_timeout);  // collectives pass their own deadlines to every wait
     GlooStore store(prefix_store(g->group_store, fmt::format("g{}/mesh/", generation)), o.connect_timeout);
     try {
@@ -139,10 +139,9 @@ std::shared_ptr<GroupImpl> make_group(const GroupConfig& o, std::shared_ptr<Stor
                                   "within {} ms: {}",
                                   o.name, generation, rank, size, o.connect_timeout.count(), e.what()));
     }
-    g->context = ctx;
-  } else {
-    g->context = std::make_shared<gloo::rendezvous::Context>(rank, size);  // no pairs needed
   }
+  g->transport = std::make_unique<Transport>(device, ctx);
+  g->membership = std::make_unique<Membership>(g->group_store, rank, size, generation);
   g->log.event(rank, generation, "rendezvous",
                fmt::format("world_size {} host {} store {} in {:.1f} ms", size, o.host, root->url(),
                            std::chrono::duration<double, std::milli>(Clock::now() - t0).count()));
@@ -156,44 +155,13 @@ GroupImpl::~GroupImpl() { stop_worker(); }
 
 void GroupImpl::start_worker() {
   worker = std::thread([this] { worker_loop(); });
-  if (size > 1) watcher = std::thread([this] { watcher_loop(); });
+  // The watcher learns of another rank's failure and releases this rank's waits.
+  membership->start_watcher([this] { return last_issued(); }, [this] { transport->interrupt(); });
 }
 
-void GroupImpl::release_waits() {
-  std::lock_guard<std::mutex> lock(active_mu);
-  for (auto* b : active) {
-    b->abortWaitRecv();
-    b->abortWaitSend();
-  }
-}
-
-void GroupImpl::watcher_loop() {
-  // Polls whether or not a call is running: an idle or lagging rank must answer the roll call too,
-  // or the survivors would name it as missing and leave it out of the next generation.
-  const std::string key = fmt::format("g{}/failed", generation);
-  std::unique_lock<std::mutex> lock(queue_mu);
-  while (!stopping) {
-    watcher_cv.wait_for(lock, std::chrono::milliseconds(50));
-    if (stopping || peer_failed.load()) continue;
-    const std::int64_t reached = next_seq - 1;  // the last collective this rank's caller issued
-    lock.unlock();
-    bool failed = false;
-    try {
-      failed = group_store->check({key});
-    } catch (const std::exception&) {
-      // an unreachable store is not a peer failure; the call's own deadline still bounds it
-    }
-    if (failed) {
-      peer_failed = true;
-      release_waits();
-      try {
-        answer_roll_call(reached);
-      } catch (const std::exception&) {
-        // the failing call's own roll call reports the unreachable store
-      }
-    }
-    lock.lock();
-  }
+std::int64_t GroupImpl::last_issued() {
+  std::lock_guard<std::mutex> lock(queue_mu);
+  return next_seq - 1;
 }
 
 void GroupImpl::stop_worker() {
@@ -204,9 +172,8 @@ void GroupImpl::stop_worker() {
     p2p.swap(p2p_threads);
   }
   queue_cv.notify_all();
-  watcher_cv.notify_all();
   if (worker.joinable() && worker.get_id() != std::this_thread::get_id()) worker.join();
-  if (watcher.joinable() && watcher.get_id() != std::this_thread::get_id()) watcher.join();
+  if (membership) membership->stop_watcher();
   for (auto& t : p2p) {
     if (t.thread.get_id() == std::this_thread::get_id()) {
       t.thread.detach();  // the last owner is this very thread: it ends right after
@@ -252,72 +219,6 @@ void GroupImpl::worker_loop() {
   }
 }
 
-void GroupImpl::answer_roll_call(std::int64_t reached, bool failed_there) {
-  // Serialised and monotonic: the watcher's answer, computed before the failing call's own, must not
-  // overwrite it with a lower sequence number.
-  std::lock_guard<std::mutex> lock(answer_mu);
-  if (reached >= answered) answered_failed = failed_there || (reached == answered && answered_failed);
-  answered = std::max(answered, reached);
-  group_store->set(fmt::format("g{}/alive/{}", generation, rank),
-                   fmt::format("{}{}", answered, answered_failed ? " failed" : ""));
-}
-
-// The roll call: reads the others' answers ("g<gen>/alive/<rank>" = the last sequence number that rank
-// reached; this rank answered before it closed its connections, see execute()).
-//  * A rank that answered with a sequence number >= op.seq took part in the failed collective.
-//  * A rank that answered with a lower one is alive but had not reached it. Before the deadline it
-//    may still be on its way, so it is waited for (at most kArrivalWindow); after the deadline it is
-//    the reason for it, unless its own collective there failed ("<seq> failed"): the failure held it
-//    back, it is alive.
-//  * A rank that did not answer at all is dead, frozen or cut off. Every live rank answers quickly:
-//    one that failed in the call answers before closing its connections, so when a connection reset
-//    reached this rank the peer behind it had either answered already or died; one whose calls are
-//    still fine answers through its watcher within ~50 ms of "g<gen>/failed" appearing. So after a
-//    connection failure a silent rank is given kResetGrace, and after a deadline kSilentGrace: the
-//    error arrives within ~0.3 s of a reset and within timeout + ~0.5 s when a peer goes silent.
-// p2p counters are per peer, so any answer counts there.
-std::vector<int> GroupImpl::roll_call(const OpDesc& op, bool connection_failed, std::string* note) {
-  constexpr auto kArrivalWindow = std::chrono::milliseconds(2000);
-  constexpr auto kResetGrace = std::chrono::milliseconds(300);
-  constexpr auto kSilentGrace = std::chrono::milliseconds(500);
-  const auto now = Clock::now();
-  const auto arrival_until = std::min(now + kArrivalWindow, op.deadline);
-  const auto silent_until = now + (connection_failed ? kResetGrace : kSilentGrace);
-  const std::int64_t need = is_p2p(op.kind) ? std::numeric_limits<std::int64_t>::min() : op.seq;
-  std::vector<int> missing;
-  try {
-    const std::string prefix = fmt::format("g{}/alive/", generation);
-    while (true) {
-      missing.clear();
-      bool waiting = false;
-      const auto t = Clock::now();
-      for (int p = 0; p < size; ++p) {
-        if (p == rank) continue;
-        const auto answer = group_store->try_get(prefix + std::to_string(p));
-        std::int64_t reached = std::numeric_limits<std::int64_t>::min();
-        if (answer) {
-          try {
-            reached = std::stoll(*answer);
-          } catch (const std::exception&) {
-          }
-        }
-        if (answer && (reached >= need || answer->find("failed") != std::string::npos)) continue;
-        missing.push_back(p);
-        if (answer ? t < arrival_until : t < silent_until) waiting = true;
-      }
-      if (!waiting) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  } catch (const std::exception& e) {
-    missing.clear();
-    for (int p = 0; p < size; ++p) {
-      if (p != rank) missing.push_back(p);
-    }
-    if (note) *note = fmt::format(" (the store is unreachable from this rank: {})", e.what());
-  }
-  return missing;
-}
-
 std::string GroupImpl::trace_dump(const std::string& reason, const std::string& path) const {
   TraceDump d;
   d.group = config.name;
@@ -359,13 +260,7 @@ void GroupImpl::abort_now(const std::string& why) {
     std::lock_guard<std::mutex> lock(queue_mu);
     if (broken_reason.empty()) broken_reason = "aborted: " + why;
   }
-  {
-    std::lock_guard<std::mutex> lock(active_mu);
-    for (auto* b : active) {
-      b->abortWaitRecv();
-      b->abortWaitSend();
-    }
-  }
+  if (transport) transport->interrupt();
   log.event(rank, generation, "abort", why);
   try {
     trace_dump("abort", "");
@@ -410,19 +305,21 @@ void GroupImpl::execute(WorkState& w) {
       throw DistError(aborted.load() ? DistErrorKind::aborted : DistErrorKind::broken, name, op.seq, {},
                       fmt::format("{}: the group is unusable ({}); call shrink() or reconfigure()", where, reason));
     }
-    Exec ex(*this, op);
+    // send and recv run beside the collectives, on threads of their own: they bring their own scratch.
+    CallScratch p2p_scratch;
+    CallContext ctx(*transport, op, config, generation, is_p2p(op.kind) ? p2p_scratch : scratch);
     if (Clock::now() >= op.deadline) throw DeadlineSignal{};
-    const Header header = make_header(*this, op);
-    if (op.kind != OpKind::all_gather) exchange_headers(ex, header);  // all_gather overlaps it with its data
+    const Header header = make_header(ctx);
+    if (op.kind != OpKind::all_gather) HeaderRound::run(ctx, header);  // all_gather overlaps it with its data
     switch (op.kind) {
-      case OpKind::all_reduce: run_all_reduce(ex); break;
-      case OpKind::broadcast: run_broadcast(ex); break;
-      case OpKind::all_gather: run_all_gather(ex, header); break;
-      case OpKind::reduce_scatter: run_reduce_scatter(ex); break;
-      case OpKind::all_to_all: run_all_to_all(ex); break;
+      case OpKind::all_reduce: run_all_reduce(ctx); break;
+      case OpKind::broadcast: run_broadcast(ctx); break;
+      case OpKind::all_gather: run_all_gather(ctx, header); break;
+      case OpKind::reduce_scatter: run_reduce_scatter(ctx); break;
+      case OpKind::all_to_all: run_all_to_all(ctx); break;
       case OpKind::barrier: break;  // the header exchange is the barrier
-      case OpKind::send: run_send(ex); break;
-      case OpKind::recv: run_recv(ex); break;
+      case OpKind::send: run_send(ctx); break;
+      case OpKind::recv: run_recv(ctx); break;
     }
   } catch (const DistError& e) {
     error = std::current_exception();
@@ -446,17 +343,17 @@ void GroupImpl::execute(WorkState& w) {
     }
     if (aborted.load()) {
       kind = DistErrorKind::aborted;
-    } else if (peer_failed.load() && kind == DistErrorKind::aborted) {
+    } else if (membership->failure_posted() && kind == DistErrorKind::aborted) {
       kind = DistErrorKind::peer_failure;
       cause = "another rank reported a failure of this generation through the store";
     }
     if (kind != DistErrorKind::aborted) {
-      // Answer the roll call, and tell the ranks whose own connections still look fine (see
-      // watcher_loop), before closing the connections: a peer that sees them close then finds this
-      // rank's answer in the store already (see roll_call). An unreachable store is reported there.
+      // Answer the roll call, and tell the ranks whose own connections still look fine (their
+      // watchers), before closing the connections: a peer that sees them close then finds this
+      // rank's answer in the store already (see Membership::roll_call). An unreachable store is
+      // reported by the roll call.
       try {
-        answer_roll_call(op.seq, true);
-        group_store->set(fmt::format("g{}/failed", generation), std::to_string(rank));
+        membership->report_failure(op.seq);
       } catch (const std::exception&) {
       }
     }
@@ -468,7 +365,7 @@ void GroupImpl::execute(WorkState& w) {
     } else {
       std::string note;
       const auto roll_start = Clock::now();
-      missing = roll_call(op, kind == DistErrorKind::peer_failure, &note);
+      missing = membership->roll_call(op, kind == DistErrorKind::peer_failure, &note);
       const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - roll_start);
       const std::string what = kind == DistErrorKind::timeout
                                    ? fmt::format("timed out after {} ms", op.timeout.count())
@@ -518,12 +415,7 @@ void GroupImpl::mark_broken(const std::string& why) {
   }
   broken = true;
   // Closing every pair tells the peers at once, so their calls fail now instead of at their deadline.
-  if (context && size > 1) {
-    try {
-      context->closeConnections();
-    } catch (const std::exception&) {
-    }
-  }
+  if (transport) transport->close();
 }
 
 }  // namespace detail
@@ -581,7 +473,7 @@ int ProcessGroup::generation() const { return impl_->generation; }
 std::chrono::milliseconds ProcessGroup::timeout() const { return impl_->config.call_timeout(); }
 void ProcessGroup::set_timeout(std::chrono::milliseconds timeout) { impl_->config.set_call_timeout(timeout); }
 bool ProcessGroup::is_broken() const { return impl_->broken.load(); }
-void* ProcessGroup::gloo_context() const { return impl_->context.get(); }
+void* ProcessGroup::gloo_context() const { return impl_->transport->gloo_context(); }
 
 void ProcessGroup::abort() { impl_->abort_now("abort() called"); }
 
@@ -623,11 +515,7 @@ Work ProcessGroup::enqueue(std::shared_ptr<detail::WorkState> state) {
                    op.peer, g.size, g.rank);
       const bool to_peer = op.kind == detail::OpKind::send;
       auto& counter = to_peer ? g.p2p_sent[static_cast<std::size_t>(op.peer)] : g.p2p_recvd[static_cast<std::size_t>(op.peer)];
-      op.seq = static_cast<std::int64_t>(counter++);
-      const int sender = to_peer ? g.rank : op.peer, receiver = to_peer ? op.peer : g.rank;
-      const std::uint64_t dir = sender < receiver ? 0 : 1;
-      op.p2p_slot_key = (dir << 58) | (static_cast<std::uint64_t>(std::min(sender, receiver)) << 40) |
-                        static_cast<std::uint64_t>(op.seq);
+      op.seq = static_cast<std::int64_t>(counter++);  // numbers the pair's messages (Slot::p2p_*)
     } else {
       op.seq = g.next_seq++;
     }
