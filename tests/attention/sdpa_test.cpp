@@ -15,7 +15,8 @@ using testing::random_tensor;
 // f32 bounds in units of eps = 2^-23 (|diff| <= eps (a max|want| + r |want|)), as in flex_attention_test.cpp.
 // Measured (LMCORE_TEST_REPORT_ERRORS=1): out 2.8, lse 0.7, dq/dk/dv 2.9 eps max|want|. Before: 2e-5 +
 // 2e-5 |want| (out), 1e-4 + 1e-5 |want| (lse), 5e-5 + 5e-5 |want| (grads).
-constexpr Bound kOut{8, 0}, kLse{4, 0}, kGrad{16, 0};
+// out gets the gradients' bound: it averages values up to ~3x max|out| (4.6 measured through Python).
+constexpr Bound kOut{16, 0}, kLse{4, 0}, kGrad{16, 0};
 
 void check(const std::string& name, const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& o,
            const MaskMod& as_mask) {

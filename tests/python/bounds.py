@@ -36,7 +36,8 @@ def close_within(name, got, want, dtype, a, r=0.0):
     atol, rtol = a * eps * scale, r * eps
     diff = torch.where(finite, (got - want).abs(), torch.zeros_like(want))
     if os.environ.get("LMCORE_TEST_REPORT_ERRORS"):
-        used = (diff / (eps * (a * scale + r * want.abs()))).max().item() if scale > 0 else 0.0
+        bound = eps * (a * scale + r * torch.where(finite, want.abs(), torch.zeros_like(want)))
+        used = (diff / bound).max().item() if scale > 0 else 0.0
         worst = diff.max().item() if diff.numel() else 0.0
         print(f"[error] {name:40s} {str(dtype)[6:]:9s} max|want| {scale:<10.4g} max|diff| {worst:<10.3g} = "
               f"{worst / (eps * scale) if scale else 0.0:7.3f} eps max|want|; {100 * used:5.1f}% of the bound")
