@@ -38,7 +38,7 @@ int run_upgrade_check(int argc, char** argv) {
   std::vector<std::string> paths, excludes, select, ignore, cuda_roots;
   std::string format = "text", min_conf = "medium";
   bool fix = false, diff = false, rules = false, no_default_excludes = false, no_cuda_env = false, stats = false,
-       quiet = false;
+       quiet = false, no_prefilter = false;
   int threads = 0;
   app.add_option("paths", paths, "files and folders to check (default: .)");
   app.add_option("--format", format, "text | json | sarif | github")->capture_default_str();
@@ -56,6 +56,9 @@ int run_upgrade_check(int argc, char** argv) {
                  "low | medium | high: drop named-tensor findings below this (low: also those with no evidence "
                  "of a tensor: receiver unknown and torch not imported by the file or the modules it imports)")
       ->capture_default_str();
+  app.add_flag("--no-prefilter", no_prefilter,
+               "tokenize every Python file, also those that name none of the removed or renamed APIs (they can "
+               "give no finding; this also reports their syntax and encoding errors, and is slower)");
   app.add_option("--threads", threads, "worker threads (default: LMCORE_NUM_THREADS or cores)");
   app.add_flag("--no-cuda-env", no_cuda_env, "do not probe the installed CUDA toolkit/runtime");
   app.add_option("--cuda-root", cuda_roots, "probe these CUDA install folders instead of the default places")
@@ -90,6 +93,7 @@ int run_upgrade_check(int argc, char** argv) {
   opt.select = split_commas(select);
   opt.ignore = split_commas(ignore);
   opt.threads = threads;
+  opt.prefilter = !no_prefilter;
   if (min_conf == "low") opt.min_confidence = upgrade::Confidence::low;
   else if (min_conf == "medium") opt.min_confidence = upgrade::Confidence::medium;
   else if (min_conf == "high") opt.min_confidence = upgrade::Confidence::high;

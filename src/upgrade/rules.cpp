@@ -144,7 +144,8 @@ const std::vector<Rule>& all_rules() {
        false},
       {"UPG903", "syntax-error", "a Python file (or notebook cell) could not be tokenized",
        "Unterminated strings, unbalanced brackets, inconsistent indentation, stray characters. Findings "
-       "before the error are still reported.",
+       "before the error are still reported. Files that name none of the removed or renamed APIs are not "
+       "tokenized (they can give no finding), so their errors show only with --no-prefilter.",
        false},
       {"UPG904", "bad-notebook", "a .ipynb file is not a valid notebook",
        "The notebook is not JSON or has no list of cells; it is not checked further.", false},

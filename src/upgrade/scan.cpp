@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -86,38 +87,37 @@ std::optional<Kind> kind_of(const fs::path& p, std::optional<PinFileKind>& pin) 
   return std::nullopt;
 }
 
-// Whether a folder holds an __init__.py, remembered per folder: every file of a package asks about
-// the same chain of parents, and each question is a path lookup in the kernel.
-using PackageCache = std::unordered_map<std::string, bool>;
-bool is_package_dir(const fs::path& dir, PackageCache& cache) {
-  auto [it, inserted] = cache.try_emplace(dir.native(), false);
-  if (inserted) {
+// The dotted package a folder is (from the chain of parent folders that hold an __init__.py), ""
+// when it is not a package; remembered per folder, since every file of a package asks about the
+// same chain and each question is a path lookup in the kernel.
+struct PackageCache {
+  std::unordered_map<std::string, std::optional<std::string>> package;  // absolute folder -> package
+  const std::optional<std::string>& of(const fs::path& dir) {
+    auto [it, inserted] = package.try_emplace(dir.native());
+    if (!inserted) return it->second;
     std::error_code ec;
-    it->second = fs::exists(dir / "__init__.py", ec);
+    std::optional<std::string> result;
+    if (fs::exists(dir / "__init__.py", ec)) {
+      const fs::path parent = dir.parent_path();
+      const std::optional<std::string>* outer = nullptr;
+      if (!parent.empty() && parent != dir) outer = &of(parent);
+      const std::string name = dir.filename().string();
+      result = outer && *outer ? fmt::format("{}.{}", **outer, name) : name;
+    }
+    // of(parent) may have rehashed the map: look the entry up again.
+    return package[dir.native()] = std::move(result);
   }
-  return it->second;
-}
+};
 
 // Dotted module name from the chain of parent folders that hold an __init__.py.
 std::string module_name(const fs::path& file, bool& package_init, PackageCache& cache) {
   std::error_code ec;
-  const fs::path abs = fs::absolute(file, ec);
+  const fs::path abs = file.is_absolute() ? file : fs::absolute(file, ec);
   package_init = abs.filename() == "__init__.py";
-  std::vector<std::string> parts;
-  if (!package_init) parts.push_back(abs.stem().string());
-  fs::path dir = abs.parent_path();
-  while (!dir.empty() && is_package_dir(dir, cache)) {
-    parts.push_back(dir.filename().string());
-    if (dir == dir.parent_path()) break;
-    dir = dir.parent_path();
-  }
-  if (package_init && parts.empty()) return "";
-  std::string m;
-  for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
-    if (!m.empty()) m += '.';
-    m += *it;
-  }
-  return m;
+  const std::optional<std::string>& pkg = cache.of(abs.parent_path());
+  if (package_init) return pkg ? *pkg : "";
+  const std::string stem = abs.stem().string();
+  return pkg ? fmt::format("{}.{}", *pkg, stem) : stem;
 }
 
 // Reads the whole file into `buf` (grown, never shrunk, so a worker reuses one buffer) and returns
@@ -176,6 +176,10 @@ struct FileResult {
   std::vector<std::string> value_sources;
   std::vector<std::string> imports;
   bool imports_torch = false;
+  // Ruled out by may_have_python_findings without tokenizing: whether it imports torch is known
+  // only when its bytes never say "torch" (then it does not), otherwise found out if needed.
+  bool prefiltered = false;
+  bool mentions_torch = false;
 };
 
 void take_python(PythonCheck&& c, FileResult& r) {
@@ -186,7 +190,7 @@ void take_python(PythonCheck&& c, FileResult& r) {
   r.imports_torch = c.imports_torch;
 }
 
-void check_file(const Job& job, FileResult& result, ScannedFile& scanned) {
+void check_file(const Job& job, bool prefilter, FileResult& result, ScannedFile& scanned) {
   std::vector<Finding>& out = result.findings;
   thread_local std::string buffer;
   std::string_view text;
@@ -198,12 +202,25 @@ void check_file(const Job& job, FileResult& result, ScannedFile& scanned) {
     out.push_back(file_finding(job.display, "UPG901", fmt::format("cannot read file: {}", error)));
     return;
   }
-  scanned.content_hash = content_hash(text);
+  // The hash guards --fix against a file changed since the check: only files with a fix need it.
+  auto hash_if_fixable = [&] {
+    for (const auto& f : out)
+      if (f.fix) {
+        scanned.content_hash = content_hash(text);
+        return;
+      }
+  };
   std::vector<Finding> found;
   if (job.kind == Kind::python) {
+    if (prefilter && !may_have_python_findings(text)) {
+      result.prefiltered = true;
+      result.mentions_torch = text.find("torch") != std::string_view::npos;
+      return;
+    }
     PythonContext ctx{job.module, job.package_init};
     take_python(check_python({text}, false, ctx), result);
     for (auto& f : out) f.path = job.display;
+    hash_if_fixable();
     return;
   } else if (job.kind == Kind::notebook) {
     Notebook nb;
@@ -235,6 +252,16 @@ void check_file(const Job& job, FileResult& result, ScannedFile& scanned) {
   for (auto& f : found) f.path = job.display;
   out.insert(out.end(), std::make_move_iterator(found.begin()), std::make_move_iterator(found.end()));
   result.needs_torch.resize(out.size(), 0);  // pin findings stand on their own
+  hash_if_fixable();
+}
+
+// Whether a file ruled out by the prefilter imports torch: it is tokenized after all (rarely needed:
+// only when a file with an unsettled finding imports it and its bytes say "torch").
+bool prefiltered_imports_torch(const Job& job) {
+  std::string buffer, error;
+  std::string_view text;
+  if (!read_file(job.path, buffer, text, error)) return false;
+  return check_python({text}, false, PythonContext{job.module, job.package_init}).imports_torch;
 }
 
 bool code_selected(const std::string& code, const ScanOptions& o) {
@@ -282,6 +309,11 @@ ScanResult scan(const ScanOptions& options) {
       continue;
     }
     fs::recursive_directory_iterator it(p, fs::directory_options::skip_permission_denied, ec), end;
+    // Display paths are the given folder's plus the path below it, built as strings: the
+    // iterator's paths all start with p's own text.
+    std::string dir_display = display_path(given);
+    while (dir_display.size() > 1 && dir_display.back() == '/') dir_display.pop_back();
+    const std::size_t root_len = p.native().size() + (p.native().empty() || p.native().back() == '/' ? 0 : 1);
     if (ec) {
       walk_errors.push_back(file_finding(display_path(given), "UPG901", fmt::format("cannot list folder: {}", ec.message())));
       continue;
@@ -294,7 +326,7 @@ ScanResult scan(const ScanOptions& options) {
       }
       const fs::path& e = it->path();
       const std::string name = e.filename().string();
-      const std::string rel = e.lexically_relative(p).generic_string();
+      const std::string rel = e.native().substr(std::min(root_len, e.native().size()));
       std::error_code sec;
       const bool is_dir = it->is_directory(sec);
       if (is_dir) {
@@ -306,7 +338,7 @@ ScanResult scan(const ScanOptions& options) {
       }
       if (path_excluded(name, rel, options.excludes)) continue;
       if (!it->is_regular_file(sec)) continue;
-      add_job(e, display_path(fs::path(given) / rel));
+      add_job(e, dir_display == "." ? rel : dir_display == "/" ? "/" + rel : dir_display + "/" + rel);
     }
   }
 
@@ -325,7 +357,7 @@ ScanResult scan(const ScanOptions& options) {
       if (k >= order.size()) return;
       const std::size_t j = order[k];
       try {
-        check_file(jobs[j], per_file[j], scanned[j]);
+        check_file(jobs[j], options.prefilter, per_file[j], scanned[j]);
       } catch (const std::exception& e) {
         // A bug or resource failure on one file: report it on that file and keep going.
         per_file[j].findings.push_back(
@@ -344,27 +376,43 @@ ScanResult scan(const ScanOptions& options) {
 
   // Torch evidence (python_check.h): a file imports torch, or imports a module of this tree that does;
   // a value from a call into a module of the tree: that module imports torch.
+  // Modules ruled out by the prefilter whose bytes say "torch" are looked at only when asked about.
   std::unordered_map<std::string_view, bool> module_imports_torch;
-  for (std::size_t j = 0; j < jobs.size(); ++j)
-    if (jobs[j].kind == Kind::python && !jobs[j].module.empty())
-      module_imports_torch[jobs[j].module] |= per_file[j].imports_torch;
+  std::unordered_map<std::string_view, std::vector<std::size_t>> module_unknown;
+  for (std::size_t j = 0; j < jobs.size(); ++j) {
+    const Job& job = jobs[j];
+    if (job.kind != Kind::python || job.module.empty()) continue;
+    const FileResult& pf = per_file[j];
+    const bool in_torch = job.module == "torch" || job.module.rfind("torch.", 0) == 0;
+    bool& known = module_imports_torch[job.module];
+    if (!pf.prefiltered) known |= pf.imports_torch;
+    else if (in_torch) known = true;
+    else if (pf.mentions_torch) module_unknown[job.module].push_back(j);
+  }
+  auto imports_torch = [&](std::string_view m) -> std::optional<bool> {
+    auto it = module_imports_torch.find(m);
+    if (it == module_imports_torch.end()) return std::nullopt;
+    if (!it->second) {
+      auto u = module_unknown.find(m);
+      if (u != module_unknown.end()) {
+        for (const std::size_t j : u->second) it->second = it->second || prefiltered_imports_torch(jobs[j]);
+        module_unknown.erase(u);
+      }
+    }
+    return it->second;
+  };
   for (auto& pf : per_file) {
     if (std::find(pf.needs_torch.begin(), pf.needs_torch.end(), 1) == pf.needs_torch.end()) continue;
     bool evidence = pf.imports_torch;
     for (const auto& m : pf.imports) {
       if (evidence) break;
-      auto it = module_imports_torch.find(m);
-      evidence = it != module_imports_torch.end() && it->second;
+      evidence = imports_torch(m).value_or(false);
     }
     PythonCheck c;
     c.findings = std::move(pf.findings);
     c.needs_torch = std::move(pf.needs_torch);
     c.value_sources = std::move(pf.value_sources);
-    settle_torch_evidence(c, evidence, [&](std::string_view m) -> std::optional<bool> {
-      auto it = module_imports_torch.find(m);
-      if (it == module_imports_torch.end()) return std::nullopt;
-      return it->second;
-    });
+    settle_torch_evidence(c, evidence, imports_torch);
     pf.findings = std::move(c.findings);
   }
 

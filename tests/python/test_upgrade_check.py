@@ -336,3 +336,11 @@ def test_debian_packages_have_no_default_finding_without_torch(root):
     low = json.loads(run("--format", "json", "--min-confidence", "low", str(root)).stdout)
     low_outside = [f for f in low if not _uses_torch(pathlib.Path(f["filename"]), root, cache)]
     assert low_outside and all(f["confidence"] == "low" for f in low_outside)
+
+
+def test_prefilter_keeps_torch_findings_identical():
+    """The files the prefilter rules out give no finding: the same findings with every file tokenized."""
+    fast = run("--format", "json", "--min-confidence", "low", str(TORCH))
+    full = run("--format", "json", "--min-confidence", "low", "--no-prefilter", str(TORCH))
+    assert fast.returncode == full.returncode == 1
+    assert json.loads(fast.stdout) == [f for f in json.loads(full.stdout) if f["code"][:4] in ("UPG1", "UPG2")]

@@ -307,3 +307,64 @@ TEST(UpgradeFix, UnifiedDiffHunks) {
 
 }  // namespace
 }  // namespace lmcore::upgrade
+
+namespace lmcore::upgrade {
+namespace {
+
+// The prefilter may pass a file with no finding, never rule out one with a finding.
+TEST(UpgradePrefilter, NeverRulesOutAFileWithAFinding) {
+  const std::vector<std::string> with = {
+      "import torch.distributed as dist\ndist.all_gather_into_tensor(a, b)\n",
+      "from torch.distributed import reduce_scatter_tensor as rs\nrs(a, b)\n",
+      "import torch\nx = torch.ones(2)\nx.names\n",
+      "import torch\ndef f(t):\n    return t.rename('A', 'B')\n",
+      "import torch\nt = torch.ones(2)\nt.sum('C')\n",
+      "import torch\nt = torch.ones(2)\nt.sum \\\n  ('C')\n",
+      "import torch\nt = torch.ones(2)\nt.kthvalue(f(x, (y)), 'C')\n",
+      "import torch\nt = torch.ones(2)\nt.kthvalue(\n  2,\n  'C')\n",
+      "import torch\nt = torch.ones(2)\nt.softmax(dim = r'C')\n",
+      "import torch\nt = torch.ones(2)\nt.sum(dim=\n  ('C', 'H'))\n",
+      "from torch import sum as s\ns(t, 'C')\n",
+      "import torch\ns = torch.sum\ns(t, 'C')\n",
+      "import torch\nlayer = torch.nn.Unflatten('C', (('A', 2), ('B', 3)))\n",
+      "import torch\nt = torch.ones(2)\nprint(f\"{t.names}\")\n",
+      "import torch\nz = torch.zeros(2, names=None)\n",
+      "x = '''unterminated\n",  // syntax errors: the tokenizer must see them
+      "x = 'unterminated\n",
+  };
+  for (const auto& src : with) {
+    const auto found = check_python_source(src, {});
+    EXPECT_FALSE(found.empty()) << src;
+    EXPECT_TRUE(may_have_python_findings(src)) << src;
+  }
+  // Names in comments and strings, and calls without a quote in them, are not candidates.
+  for (const std::string src : {"import numpy as np\nx = np.zeros(3)\nprint(x.sum(0), x.max())\n",
+                                "# t.names and dist.all_gather_into_tensor\n\"\"\"t.sum('C')\"\"\"\nx = 1\n",
+                                "s = 'names'\nb = b\"rename\"\n", "def f(dim=0):\n    return dim == 'C'\n"}) {
+    EXPECT_FALSE(may_have_python_findings(src)) << src;
+    EXPECT_TRUE(check_python_source(src, {}).empty()) << src;
+  }
+}
+
+// Every .py file of both corpora: a file with a UPG1xx/UPG2xx finding passes the prefilter.
+TEST(UpgradePrefilter, PassesEveryCorpusFileWithAFinding) {
+  int checked = 0;
+  for (const char* root : {LMCORE_UPGRADE_CORPUS, LMCORE_UPGRADE_PRECISION}) {
+    for (const auto& e : fs::recursive_directory_iterator(root)) {
+      if (e.path().extension() != ".py") continue;
+      std::ifstream in(e.path(), std::ios::binary);
+      const std::string src((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      bool finding = false;
+      for (const auto& f : check_python_source(src, {}))
+        finding |= f.code.rfind("UPG1", 0) == 0 || f.code.rfind("UPG2", 0) == 0;
+      if (finding) {
+        ++checked;
+        EXPECT_TRUE(may_have_python_findings(src)) << e.path();
+      }
+    }
+  }
+  EXPECT_GE(checked, 15);
+}
+
+}  // namespace
+}  // namespace lmcore::upgrade

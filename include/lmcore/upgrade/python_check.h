@@ -66,6 +66,13 @@ using ModuleImportsTorch = std::function<std::optional<bool>(std::string_view mo
 // findings get confidence low; every settled finding gets its confidence note in its message.
 void settle_torch_evidence(PythonCheck& check, bool file_evidence, const ModuleImportsTorch& modules);
 
+// False only when `source` cannot give any UPG1xx/UPG2xx finding: none of the names the rules
+// start from appears in its bytes (see src/upgrade/prefilter.cpp for the list and why it is
+// complete). It does not tokenize, so a file it rules out is not checked for syntax (UPG903) or
+// encoding (UPG902) errors either; such an error could hide no finding there. Cheap: one pass over
+// the bytes, a table lookup per identifier.
+bool may_have_python_findings(std::string_view source);
+
 // Checks one Python source. Findings carry line/col (path is left empty); fixes are byte edits into
 // `source`. Tokenizer and encoding errors become UPG903 / UPG902 findings. Torch evidence comes
 // from the file's own imports.

@@ -33,6 +33,9 @@ struct ScanOptions {
                                                   // torch (see python_check.h)
   std::vector<std::string> select;      // code prefixes to keep (empty: all)
   std::vector<std::string> ignore;      // code prefixes to drop
+  bool prefilter = true;                // skip tokenizing Python files that cannot give a finding
+                                        // (may_have_python_findings); false also reports syntax and
+                                        // encoding errors (UPG902/903) in those files
 };
 
 // What was read from one file, so that fixes apply to exactly the bytes that were checked.

@@ -1,0 +1,256 @@
+// A conservative byte-level test of whether a Python source can give any UPG1xx/UPG2xx finding, so
+// that scan() tokenizes only the files that can. See may_have_python_findings in python_check.h.
+//
+// Every finding of python_check.cpp starts from one of these, and each leaves a mark in the bytes:
+//   * a renamed collective or torch.align_tensors (UPG1xx, UPG208): the name itself, wherever it is
+//     imported, aliased, defined or used;
+//   * a named-tensor attribute or keyword (UPG201..UPG209): names, rename, rename_, align_to,
+//     align_as, has_names, refine_names, unflatten, Unflatten;
+//   * a dimension name passed by keyword (UPG210): a keyword of the dimension table (dim, dim0, ...,
+//     out_dim) followed by `=` and a value that can be a string or a tuple of strings;
+//   * a dimension name passed by position (UPG210): an op of the dimension table called with a quote
+//     inside its parentheses, or an op that may be bound to another name (`from torch import sum as
+//     s`, `s = torch.sum`).
+// Comments and string literals are skipped (an f-string's body is searched as code, since its
+// replacement fields are), with the same quote and escape rules as the tokenizer; where a literal
+// is malformed the scan errs towards a candidate or stops at the line end. The test may pass a
+// file with no finding, never the reverse.
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <string_view>
+
+#include "lmcore/upgrade/dim_params.h"
+#include "lmcore/upgrade/python_check.h"
+
+namespace lmcore::upgrade {
+
+namespace {
+
+enum class Trigger : std::uint8_t { none, word, keyword, op };
+
+// The trigger words in an open-addressed table keyed by length and the first, second and last
+// bytes: most identifiers of a file miss on the first probe without comparing any bytes.
+class Words {
+ public:
+  Words() {
+    for (std::string_view s :
+         {"names", "rename", "rename_", "align_to", "align_as", "has_names", "refine_names", "unflatten", "Unflatten",
+          "align_tensors", "all_gather_into_tensor", "reduce_scatter_tensor", "all_gather_tensor",
+          "all_gather_tensor_autograd", "reduce_scatter_tensor_autograd", "all_gather_into_tensor_coalesced",
+          "reduce_scatter_tensor_coalesced"})
+      add(s, Trigger::word);
+    for (const auto& o : all_dim_overloads()) {
+      add(o.op, Trigger::op);
+      for (const auto& p : o.params)
+        if (p.kind != DimKind::other) add(p.name, Trigger::keyword);
+    }
+  }
+
+  Trigger find(const char* w, std::size_t len) const {
+    if (len < 3 || len > 40) return Trigger::none;
+    for (std::size_t k = slot(w, len);; k = (k + 1) & (kSlots - 1)) {
+      const Entry& e = table_[k];
+      if (e.len == 0) return Trigger::none;
+      if (e.len == len && std::memcmp(e.word, w, len) == 0) return e.trigger;
+    }
+  }
+
+ private:
+  static constexpr std::size_t kSlots = 512;
+  struct Entry {
+    const char* word = nullptr;
+    std::size_t len = 0;
+    Trigger trigger = Trigger::none;
+  };
+  static std::size_t slot(const char* w, std::size_t len) {
+    const auto u = [&](std::size_t i) { return static_cast<std::size_t>(static_cast<unsigned char>(w[i])); };
+    return (len * 0x9E37u + u(0) * 0x85EBu + u(1) * 0xC2B2u + u(len - 1) * 0x27D4u) >> 3 & (kSlots - 1);
+  }
+  void add(std::string_view w, Trigger t) {
+    if (find(w.data(), w.size()) != Trigger::none) return;
+    std::size_t k = slot(w.data(), w.size());
+    while (table_[k].len != 0) k = (k + 1) & (kSlots - 1);
+    table_[k] = {w.data(), w.size(), t};
+  }
+  std::array<Entry, kSlots> table_{};
+};
+
+const Words& words() {
+  static const Words w;
+  return w;
+}
+
+struct Classes {
+  bool ident[256] = {}, start[256] = {};
+  constexpr Classes() {
+    for (int c = 0; c < 256; ++c) {
+      const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c >= 0x80;
+      start[c] = alpha;
+      ident[c] = alpha || (c >= '0' && c <= '9');
+    }
+  }
+};
+constexpr Classes kClass;
+
+// Skips spaces, tabs and backslash line continuations from p.
+std::size_t skip_blank(std::string_view s, std::size_t p) {
+  while (p < s.size()) {
+    const char c = s[p];
+    if (c == ' ' || c == '\t' || c == '\f') {
+      ++p;
+    } else if (c == '\\' && p + 1 < s.size() && (s[p + 1] == '\n' || s[p + 1] == '\r')) {
+      p += 2;
+    } else {
+      break;
+    }
+  }
+  return p;
+}
+
+// `kw = <value>` where the value may be a string, a prefixed string or a bracket of strings.
+bool keyword_trigger(std::string_view s, std::size_t p) {
+  p = skip_blank(s, p);
+  if (p >= s.size() || s[p] != '=' || (p + 1 < s.size() && s[p + 1] == '=')) return false;
+  ++p;
+  while (p < s.size() && (s[p] == ' ' || s[p] == '\t' || s[p] == '\f' || s[p] == '\n' || s[p] == '\r')) ++p;
+  if (p >= s.size()) return false;
+  const char c = s[p];
+  if (c == '"' || c == '\'' || c == '(' || c == '[' || c == '#' || c == '\\') return true;
+  // A string prefix (r"", u'', ...).
+  for (std::size_t k = p; k < s.size() && k < p + 3; ++k) {
+    if (s[k] == '"' || s[k] == '\'') return true;
+    if (!kClass.start[static_cast<unsigned char>(s[k])]) break;
+  }
+  return false;
+}
+
+// An op called with a quote inside its parentheses, imported under another name, or named at the
+// end of a statement (`s = torch.sum`).
+bool op_trigger(std::string_view s, std::size_t word_begin, std::size_t p) {
+  p = skip_blank(s, p);
+  if (p >= s.size() || s[p] == '\n' || s[p] == '\r' || s[p] == ';' || s[p] == '#') {
+    std::size_t k = word_begin;
+    while (k > 0 && (s[k - 1] == ' ' || s[k - 1] == '\t' || s[k - 1] == '\n' || s[k - 1] == '\r' || s[k - 1] == '\\')) --k;
+    return k > 0 && s[k - 1] == '.';
+  }
+  if (s[p] == 'a' && p + 2 < s.size() && s[p + 1] == 's' && (s[p + 2] == ' ' || s[p + 2] == '\t' || s[p + 2] == '\\'))
+    return true;  // `import ... sum as s`
+  if (s[p] != '(') return false;
+  int depth = 0;
+  for (; p < s.size(); ++p) {
+    const char c = s[p];
+    if (c == '"' || c == '\'' || c == '#') return true;
+    if (c == '(' || c == '[' || c == '{') {
+      ++depth;
+    } else if (c == ')' || c == ']' || c == '}') {
+      if (--depth == 0) return false;
+    }
+  }
+  return false;
+}
+
+// Skips a string literal whose opening quote is at p; returns the offset after its closing quote
+// (or the end). An f-string's body may hold code, so it is searched for triggers as code.
+std::size_t skip_string(std::string_view s, std::size_t p, bool fstring, bool& hit);
+
+// Searches [b, e) as code. Returns true at the first trigger.
+bool scan_code(std::string_view s, std::size_t b, std::size_t e) {
+  const Words& w = words();
+  std::size_t i = b;
+  while (i < e) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (kClass.start[c]) {
+      const std::size_t wb = i;
+      ++i;
+      while (i < e && kClass.ident[static_cast<unsigned char>(s[i])]) ++i;
+      if (i < e && (s[i] == '"' || s[i] == '\'') && i - wb <= 2) {
+        // A string prefix (r, b, u, f, rb, fr, ...): the string follows.
+        bool f = false, prefix = true;
+        for (std::size_t k = wb; k < i; ++k) {
+          const char l = static_cast<char>(s[k] | 0x20);
+          f |= l == 'f';
+          prefix &= l == 'r' || l == 'b' || l == 'u' || l == 'f';
+        }
+        if (prefix) {
+          bool hit = false;
+          i = skip_string(s, i, f, hit);
+          if (hit) return true;
+          continue;
+        }
+      }
+      switch (w.find(s.data() + wb, i - wb)) {
+        case Trigger::none: break;
+        case Trigger::word: return true;
+        case Trigger::keyword:
+          if (keyword_trigger(s, i)) return true;
+          break;
+        case Trigger::op:
+          if (op_trigger(s, wb, i)) return true;
+          break;
+      }
+    } else if (c >= '0' && c <= '9') {
+      while (i < e && (kClass.ident[static_cast<unsigned char>(s[i])] || s[i] == '.')) ++i;
+    } else if (c == '#') {
+      const void* nl = std::memchr(s.data() + i, '\n', e - i);
+      i = nl ? static_cast<std::size_t>(static_cast<const char*>(nl) - s.data()) : e;
+    } else if (c == '"' || c == '\'') {
+      bool hit = false;
+      i = skip_string(s, i, false, hit);
+      if (hit) return true;
+    } else {
+      ++i;
+    }
+  }
+  return false;
+}
+
+std::size_t skip_string(std::string_view s, std::size_t p, bool fstring, bool& hit) {
+  const std::size_t n = s.size();
+  const char q = s[p];
+  const bool triple = p + 2 < n && s[p + 1] == q && s[p + 2] == q;
+  const std::size_t body = p + (triple ? 3 : 1);
+  std::size_t end = n, body_end = n;
+  if (!triple) {
+    // Short: byte by byte, with escapes (a backslash-newline continues the literal).
+    for (std::size_t i = body; i < n; ++i) {
+      const char c = s[i];
+      if (c == '\\') {
+        ++i;
+      } else if (c == q) {
+        body_end = i;
+        end = i + 1;
+        break;
+      } else if (c == '\n' || c == '\r') {
+        break;  // unterminated
+      }
+    }
+  } else {
+    std::size_t i = body;
+    while (i < n) {
+      const void* at = std::memchr(s.data() + i, q, n - i);
+      if (!at) break;
+      const std::size_t k = static_cast<std::size_t>(static_cast<const char*>(at) - s.data());
+      std::size_t bs = 0;  // escaped when preceded by an odd run of backslashes
+      while (k - bs > body && s[k - bs - 1] == '\\') ++bs;
+      if (bs % 2 == 0 && k + 2 < n && s[k + 1] == q && s[k + 2] == q) {
+        body_end = k;
+        end = k + 3;
+        break;
+      }
+      i = k + 1;
+    }
+  }
+  if (end == n && body_end == n) {
+    hit = true;  // unterminated: let the tokenizer report it
+    return n;
+  }
+  if (fstring && scan_code(s, body, body_end)) hit = true;
+  return end;
+}
+
+}  // namespace
+
+bool may_have_python_findings(std::string_view s) { return scan_code(s, 0, s.size()); }
+
+}  // namespace lmcore::upgrade
