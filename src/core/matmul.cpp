@@ -154,27 +154,4 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   return out.view(output_shape(p));
 }
 
-Tensor matmul_reference(const Tensor& a_in, const Tensor& b_in) {
-  MatmulPlan p = plan(a_in, b_in, "matmul_reference");
-  Shape full = p.batch;
-  full.insert(full.end(), {p.m, p.n});
-  Tensor out = Tensor::empty(full, a_in.dtype());
-  const std::int64_t batches = checked_numel(p.batch, "matmul_reference");
-  Tensor a = p.a.to(DType::f64).contiguous().reshape({batches, p.m, p.k});
-  Tensor b = p.b.to(DType::f64).contiguous().reshape({batches, p.k, p.n});
-  Tensor c = Tensor::empty({batches, p.m, p.n}, DType::f64);
-  const double* A = a.data<double>();
-  const double* B = b.data<double>();
-  double* C = c.data<double>();
-  for (std::int64_t i = 0; i < batches; ++i)
-    for (std::int64_t r = 0; r < p.m; ++r)
-      for (std::int64_t col = 0; col < p.n; ++col) {
-        double acc = 0;
-        for (std::int64_t t = 0; t < p.k; ++t) acc += A[(i * p.m + r) * p.k + t] * B[(i * p.k + t) * p.n + col];
-        C[(i * p.m + r) * p.n + col] = acc;
-      }
-  out.copy_(c.view(full));
-  return out.view(output_shape(p));
-}
-
 }  // namespace lmcore

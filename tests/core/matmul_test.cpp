@@ -2,32 +2,48 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
+#include "tests/common/bounds.h"
 #include "tests/core/op_test_util.h"
 
 namespace lmcore {
 namespace {
 
-using testing::all_close;
+using bounds::Bound;
+using bounds::close_within;
 using testing::random_tensor;
 using testing::throws_with;
 
-double rtol_of(DType d) {
+// Bounds (tests/common/bounds.h): |got - want| <= eps (a T + r |want|), eps of the dtype, where want is
+// the exact f64 product and T = max (|A| |B|)_ij, the size of the terms each dot product sums (a
+// product that cancels is not held to its own small size). r = 1/2 is the final rounding of bf16 and
+// f16 (f32 accumulation, rounded once); a covers the accumulation, sgemm's or dgemm's in f32 and f64.
+// Measured with LMCORE_TEST_REPORT_ERRORS=1 build/release/tests/core/test_core --gtest_filter='Matmul*'
+// (K <= 33), in eps T: f64 0.91 (4, 0), f32 1.16 (4, 0), bf16 0.35 (1/64, 1/2; the worst element uses
+// 92% of the bound), f16 0.39 (1/8, 1/2; 66%). Before: rtol 1e-5 (f32, ~84 eps), 1/128 (bf16: twice
+// the rounding), 1/1024 (f16), plus 2e-6 (K + 1) absolute for all, against a reference that shared
+// matmul's plan() and was rounded to the input dtype.
+Bound bound_of(DType d) {
   switch (d) {
-    case DType::bf16: return 1.0 / 128;
-    case DType::f16: return 1.0 / 1024;
-    case DType::f32: return 1e-5;
-    default: return 1e-12;
+    case DType::bf16: return {1.0 / 64, 0.5};
+    case DType::f16: return {1.0 / 8, 0.5};
+    default: return {4, 0};  // f32, f64
   }
 }
 
-// Values in [-1, 1]; a product over K terms has an absolute error ~ K * eps(compute) on top of the output
-// rounding.
+Tensor abs_of(const Tensor& t) {
+  std::vector<double> x = t.to_vector<double>();
+  for (double& e : x) e = std::abs(e);
+  return Tensor::from_vector(x, t.shape());
+}
+
 void expect_close_to_reference(const Tensor& a, const Tensor& b, const std::string& what) {
   const Tensor got = matmul(a, b);
+  ASSERT_EQ(got.dtype(), a.dtype()) << what;
   const Tensor want = matmul_reference(a, b);
-  const std::int64_t k = a.dim() == 1 ? a.size(0) : a.size(-1);
-  const double atol = (a.dtype() == DType::f64 ? 1e-13 : 2e-6) * static_cast<double>(k + 1);
-  EXPECT_TRUE(all_close(got, want, rtol_of(a.dtype()), atol)) << what;
+  const double terms = bounds::max_abs(matmul_reference(abs_of(a), abs_of(b)));
+  EXPECT_TRUE(close_within(what, got, want, a.dtype(), bound_of(a.dtype()), terms));
 }
 
 TEST(Matmul, ShapesAroundTheBlockSizesForEveryDType) {

@@ -16,7 +16,9 @@ namespace lmcore {
 
 Tensor matmul(const Tensor& a, const Tensor& b);
 
-// Triple-loop matmul in f64 accumulation, the reference matmul's tests compare against.
+// The oracle matmul's tests compare against (src/core/matmul_reference.cpp): the same shapes and
+// broadcasting as matmul, from plain loops over the operands' values in f64, sharing no code with
+// matmul. The result is f64 (exact products, f64 sums) whatever the input dtype.
 Tensor matmul_reference(const Tensor& a, const Tensor& b);
 
 // Row-major C[M, N] = alpha * op(A) @ op(B) + beta * C, with op(X) = X or X^T. A thin wrapper over
