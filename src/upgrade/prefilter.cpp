@@ -27,16 +27,20 @@ namespace lmcore::upgrade {
 
 namespace {
 
-enum class Trigger : std::uint8_t { none, word, keyword, op };
+enum class Trigger : std::uint8_t { none, word, attribute, keyword, op };
 
 // The trigger words in an open-addressed table keyed by length and the first, second and last
 // bytes: most identifiers of a file miss on the first probe without comparing any bytes.
 class Words {
  public:
   Words() {
+    // Named-tensor methods count only as attributes (check_attribute); `names` also as a keyword.
+    for (std::string_view s : {"rename", "rename_", "align_to", "align_as", "has_names", "refine_names", "unflatten"})
+      add(s, Trigger::attribute);
+    add("names", Trigger::keyword);
+    // Reached through imports and aliases: anywhere.
     for (std::string_view s :
-         {"names", "rename", "rename_", "align_to", "align_as", "has_names", "refine_names", "unflatten", "Unflatten",
-          "align_tensors", "all_gather_into_tensor", "reduce_scatter_tensor", "all_gather_tensor",
+         {"Unflatten", "align_tensors", "all_gather_into_tensor", "reduce_scatter_tensor", "all_gather_tensor",
           "all_gather_tensor_autograd", "reduce_scatter_tensor_autograd", "all_gather_into_tensor_coalesced",
           "reduce_scatter_tensor_coalesced"})
       add(s, Trigger::word);
@@ -108,22 +112,42 @@ std::size_t skip_blank(std::string_view s, std::size_t p) {
   return p;
 }
 
-// `kw = <value>` where the value may be a string, a prefixed string or a bracket of strings.
-bool keyword_trigger(std::string_view s, std::size_t p) {
-  p = skip_blank(s, p);
-  if (p >= s.size() || s[p] != '=' || (p + 1 < s.size() && s[p + 1] == '=')) return false;
-  ++p;
-  while (p < s.size() && (s[p] == ' ' || s[p] == '\t' || s[p] == '\f' || s[p] == '\n' || s[p] == '\r')) ++p;
+// The byte before offset b, skipping white space and line continuations (0 at the start).
+char previous(std::string_view s, std::size_t b) {
+  while (b > 0 && (s[b - 1] == ' ' || s[b - 1] == '\t' || s[b - 1] == '\f' || s[b - 1] == '\n' || s[b - 1] == '\r' ||
+                   s[b - 1] == '\\'))
+    --b;
+  return b > 0 ? s[b - 1] : '\0';
+}
+
+// At p, a value that may be a dimension name or names: a string (with any prefix), or a bracket
+// whose first element is one, or a bracket of brackets (a named shape). White space and line ends
+// before it are skipped; a comment there counts as a candidate.
+bool string_like_value(std::string_view s, std::size_t p, int brackets = 2) {
+  while (p < s.size() && (s[p] == ' ' || s[p] == '\t' || s[p] == '\f' || s[p] == '\n' || s[p] == '\r' || s[p] == '\\'))
+    ++p;
   if (p >= s.size()) return false;
   const char c = s[p];
-  if (c == '"' || c == '\'' || c == '(' || c == '[' || c == '#' || c == '\\') return true;
-  // A string prefix (r"", u'', ...).
-  for (std::size_t k = p; k < s.size() && k < p + 3; ++k) {
+  if (c == '"' || c == '\'' || c == '#') return true;
+  if ((c == '(' || c == '[') && brackets > 0) return string_like_value(s, p + 1, brackets - 1);
+  for (std::size_t k = p; k < s.size() && k < p + 3; ++k) {  // a string prefix (r"", u'', ...)
     if (s[k] == '"' || s[k] == '\'') return true;
     if (!kClass.start[static_cast<unsigned char>(s[k])]) break;
   }
   return false;
 }
+
+// `kw = <value>` as a call's keyword argument (after `(` or `,`), the value string-like unless
+// `any_value` (names=None is a finding too).
+bool keyword_trigger(std::string_view s, std::size_t word_begin, std::size_t p, bool any_value) {
+  const char before = previous(s, word_begin);
+  if (before != '(' && before != ',') return false;
+  p = skip_blank(s, p);
+  if (p >= s.size() || s[p] != '=' || (p + 1 < s.size() && s[p + 1] == '=')) return false;
+  return any_value || string_like_value(s, p + 1);
+}
+
+std::size_t skip_string(std::string_view s, std::size_t p, bool fstring, bool& hit);
 
 // An op called with a quote inside its parentheses, imported under another name, or named at the
 // end of a statement (`s = torch.sum`).
@@ -137,14 +161,25 @@ bool op_trigger(std::string_view s, std::size_t word_begin, std::size_t p) {
   if (s[p] == 'a' && p + 2 < s.size() && s[p + 1] == 's' && (s[p + 2] == ' ' || s[p + 2] == '\t' || s[p + 2] == '\\'))
     return true;  // `import ... sum as s`
   if (s[p] != '(') return false;
+  // A string-like value at the start of one of its arguments (what Checker::call_might_match asks).
   int depth = 0;
-  for (; p < s.size(); ++p) {
+  bool arg_start = true;
+  for (++p; p < s.size(); ++p) {
     const char c = s[p];
-    if (c == '"' || c == '\'' || c == '#') return true;
-    if (c == '(' || c == '[' || c == '{') {
+    if (c == ' ' || c == '\t' || c == '\f' || c == '\n' || c == '\r' || c == '\\') continue;
+    if (arg_start && depth == 0 && string_like_value(s, p)) return true;
+    arg_start = false;
+    if (c == '#') return true;
+    if (c == '"' || c == '\'') {
+      bool hit = false;
+      p = skip_string(s, p, false, hit) - 1;
+      if (hit) return true;
+    } else if (c == '(' || c == '[' || c == '{') {
       ++depth;
     } else if (c == ')' || c == ']' || c == '}') {
-      if (--depth == 0) return false;
+      if (depth-- == 0) return false;
+    } else if (c == ',' && depth == 0) {
+      arg_start = true;
     }
   }
   return false;
@@ -182,8 +217,15 @@ bool scan_code(std::string_view s, std::size_t b, std::size_t e) {
       switch (w.find(s.data() + wb, i - wb)) {
         case Trigger::none: break;
         case Trigger::word: return true;
+        case Trigger::attribute:
+          if (previous(s, wb) == '.') return true;
+          break;
         case Trigger::keyword:
-          if (keyword_trigger(s, i)) return true;
+          if (i - wb == 5 && s.compare(wb, 5, "names") == 0) {
+            if (previous(s, wb) == '.' || keyword_trigger(s, wb, i, true)) return true;
+          } else if (keyword_trigger(s, wb, i, false)) {
+            return true;
+          }
           break;
         case Trigger::op:
           if (op_trigger(s, wb, i)) return true;
