@@ -16,7 +16,7 @@ const std::vector<BenchSuite>& all_suites() {
   static const std::vector<BenchSuite> suites = {
       {"core", "tensor core: sgemm GFLOPS, cast, sum, sort, embedding backward", run_core_suite},
       {"comm", "collectives: bus bandwidth of lmcore vs raw Gloo, 2 and 4 ranks, 4 KiB-256 MiB (--quick: 2 ranks)", run_comm_suite},
-      {"upgrade", "upgrade-check vs grep -rnE over the torch 1.13 tree and a 10x copy (--quick: torch tree)", run_upgrade_suite},
+      {"upgrade", "upgrade-check vs grep -rnE over the torch 1.13 tree and a 10x copy, interleaved, best of N (--quick: torch tree)", run_upgrade_suite},
       {"lce", "fused linear cross-entropy vs unfused: extra peak memory, peak RSS, fwd+bwd time", run_lce_suite},
       {"io", "checkpoint load: safetensors and .pt vs cat and torch.load (1 GiB; --quick 64 MiB)", run_io_suite},
       {"attention", "flex attention vs dense sdpa: sliding window, causal, document; forward and backward", run_attention_suite},
