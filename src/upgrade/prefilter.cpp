@@ -52,7 +52,9 @@ class Words {
   }
 
   Trigger find(const char* w, std::size_t len) const {
-    if (len < 3 || len > 40) return Trigger::none;
+    // Bit L of maybe_[c]: some trigger word has length L and starts with c. Rejects most
+    // identifiers with one load and a shift.
+    if (len >= 64 || !(maybe_[static_cast<unsigned char>(w[0])] >> len & 1)) return Trigger::none;
     for (std::size_t k = slot(w, len);; k = (k + 1) & (kSlots - 1)) {
       const Entry& e = table_[k];
       if (e.len == 0) return Trigger::none;
@@ -76,8 +78,10 @@ class Words {
     std::size_t k = slot(w.data(), w.size());
     while (table_[k].len != 0) k = (k + 1) & (kSlots - 1);
     table_[k] = {w.data(), w.size(), t};
+    maybe_[static_cast<unsigned char>(w[0])] |= std::uint64_t{1} << w.size();
   }
   std::array<Entry, kSlots> table_{};
+  std::array<std::uint64_t, 256> maybe_{};
 };
 
 const Words& words() {
@@ -87,11 +91,15 @@ const Words& words() {
 
 struct Classes {
   bool ident[256] = {}, start[256] = {};
+  // What scan_code does at a byte: 0 nothing (operators, white space), 1 identifier, 2 number,
+  // 3 comment, 4 string.
+  unsigned char action[256] = {};
   constexpr Classes() {
     for (int c = 0; c < 256; ++c) {
       const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c >= 0x80;
       start[c] = alpha;
       ident[c] = alpha || (c >= '0' && c <= '9');
+      action[c] = alpha ? 1 : (c >= '0' && c <= '9') ? 2 : c == '#' ? 3 : (c == '"' || c == '\'') ? 4 : 0;
     }
   }
 };
@@ -195,9 +203,21 @@ bool scan_code(std::string_view s, std::size_t b, std::size_t e) {
   std::size_t i = b;
   while (i < e) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (kClass.start[c]) {
+    const unsigned char act = kClass.action[c];
+    if (act == 0) {
+      // Operators and white space; indentation comes in runs.
+      ++i;
+      while (i < e && s[i] == ' ') ++i;
+      continue;
+    }
+    if (act == 1) {
       const std::size_t wb = i;
       ++i;
+      // Identifiers are most of the bytes: four at a time while there are four to look at.
+      while (i + 4 <= e && kClass.ident[static_cast<unsigned char>(s[i])] &&
+             kClass.ident[static_cast<unsigned char>(s[i + 1])] && kClass.ident[static_cast<unsigned char>(s[i + 2])] &&
+             kClass.ident[static_cast<unsigned char>(s[i + 3])])
+        i += 4;
       while (i < e && kClass.ident[static_cast<unsigned char>(s[i])]) ++i;
       if (i < e && (s[i] == '"' || s[i] == '\'') && i - wb <= 2) {
         // A string prefix (r, b, u, f, rb, fr, ...): the string follows.
@@ -231,17 +251,15 @@ bool scan_code(std::string_view s, std::size_t b, std::size_t e) {
           if (op_trigger(s, wb, i)) return true;
           break;
       }
-    } else if (c >= '0' && c <= '9') {
+    } else if (act == 2) {
       while (i < e && (kClass.ident[static_cast<unsigned char>(s[i])] || s[i] == '.')) ++i;
-    } else if (c == '#') {
+    } else if (act == 3) {
       const void* nl = std::memchr(s.data() + i, '\n', e - i);
       i = nl ? static_cast<std::size_t>(static_cast<const char*>(nl) - s.data()) : e;
-    } else if (c == '"' || c == '\'') {
+    } else {
       bool hit = false;
       i = skip_string(s, i, false, hit);
       if (hit) return true;
-    } else {
-      ++i;
     }
   }
   return false;

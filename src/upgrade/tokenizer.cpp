@@ -249,7 +249,18 @@ class Lexer {
       } else if (c == '"' || c == '\'') {
         scan_string_token(pos_);
       } else {
-        scan_op();
+        // The commonest operators are one byte; they skip scan_op's longest-match switch.
+        const char next = pos_ + 1 < n_ ? s_[pos_ + 1] : '\0';
+        if (c == ',' || (c == '.' && next != '.') || ((c == ':' || c == '=') && next != '=')) {
+          emit(TokKind::op, pos_, pos_ + 1);
+          ++pos_;
+        } else if (c == '(' || c == '[' || c == '{') {
+          brackets_.push_back(Open{static_cast<char>(c), pos_, static_cast<std::int32_t>(out_.tokens.size())});
+          emit(TokKind::op, pos_, pos_ + 1);
+          ++pos_;
+        } else {
+          scan_op();
+        }
       }
     }
     if (failed()) return;
@@ -668,8 +679,8 @@ void tokenize_into(std::string_view source, TokenizedSource& out) {
     out.error = std::move(e);
     return;
   }
-  out.tokens.reserve(source.size() / 6 + 16);
-  out.match.reserve(source.size() / 6 + 16);
+  out.tokens.reserve(source.size() / 4 + 16);
+  out.match.reserve(source.size() / 4 + 16);
   Lexer(source, out).run();
 }
 
