@@ -113,14 +113,15 @@ void flex_forward_f32(const AttentionShape& sh, const BlockMask& bm, const Score
         }
         for (std::int64_t i = 0; i < nq; ++i) {
           float* row = s.data() + i * ld;
-          const float m_new = std::max(m[i], row_max(row, nk));
+          // max_nan: a NaN score makes the row NaN (row_kernels.h), never a finite value that hides it.
+          const float m_new = max_nan(m[i], row_max(row, nk));
           if (m_new == ninf) {
             // Nothing allowed in this row so far: P is zero.
             std::fill_n(row, nk, 0.0f);
             continue;
           }
           const float alpha = m[i] == ninf ? 0.0f : std::exp(m[i] - m_new);
-          l[i] = l[i] * alpha + row_exp_sum(row, nk, m_new);
+          l[i] = l[i] * alpha + row_exp_store_sum(row, nk, m_new);
           m[i] = m_new;
           if (alpha != 1.0f) row_scale(acc.data() + i * Dv, Dv, alpha);
         }
@@ -132,7 +133,7 @@ void flex_forward_f32(const AttentionShape& sh, const BlockMask& bm, const Score
       float* LSE = lse + bh * L + q0;
       for (std::int64_t i = 0; i < nq; ++i) {
         float* o = O + i * Dv;
-        if (l[i] > 0.0f) {
+        if (l[i] > 0.0f || std::isnan(l[i])) {  // l == 0: no key allowed; NaN: a NaN score (out, lse NaN)
           const float inv = 1.0f / l[i];
           for (std::int64_t j = 0; j < Dv; ++j) o[j] = acc[static_cast<std::size_t>(i * Dv + j)] * inv;
           LSE[i] = m[i] + std::log(l[i]);

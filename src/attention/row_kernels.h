@@ -1,24 +1,23 @@
-// Private: the per-row vector loops of the attention kernels (max, exp, softmax gradient), compiled
-// for every SIMD target with Highway and dispatched at run time. The library is built without
-// -march flags, so these hand-vectorised loops (AVX2/AVX-512 exp) are what keeps the softmax from
-// costing more than the two sgemm tiles it sits between.
+// Private: the per-row vector loops only attention needs (the softmax gradient, the mask), compiled
+// for every SIMD target with Highway and dispatched at run time. The softmax itself (max, exp, sums,
+// scale) uses the row kernels the losses use too, with their NaN rule: lmcore/core/internal/row_kernels.h.
 #pragma once
 
 #include <cstdint>
 
+#include "lmcore/core/internal/row_kernels.h"
+
 namespace lmcore::attention::detail {
 
-// max_j x[j] (-inf when n == 0 or every x is -inf).
-float row_max(const float* x, std::int64_t n);
-// x[j] = exp(x[j] - m) for finite m (exp(-inf) = 0); returns the sum of the new x.
-float row_exp_sum(float* x, std::int64_t n, float m);
-// x[j] = exp(x[j] - m), no sum.
-void row_exp(float* x, std::int64_t n, float m);
-// ds[j] = p[j] * (dp[j] - delta) (ds may alias dp).
+using internal::max_nan;
+using internal::row_exp;
+using internal::row_exp_store_sum;
+using internal::row_max;
+using internal::row_scale;
+
+// ds[j] = p[j] * (dp[j] - delta) (ds may alias dp). NaN in p, dp or delta gives NaN.
 void row_softmax_grad(float* ds, const float* p, const float* dp, std::int64_t n, float delta);
-// x[j] *= a.
-void row_scale(float* x, std::int64_t n, float a);
-// x[j] = mask[j] ? x[j] : -inf.
+// x[j] = mask[j] ? x[j] : -inf (a masked NaN becomes -inf: masked scores are never read).
 void row_apply_mask(float* x, const std::uint8_t* mask, std::int64_t n);
 
 }  // namespace lmcore::attention::detail

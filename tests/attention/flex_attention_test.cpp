@@ -199,6 +199,49 @@ TEST(FlexAttention, EmptyRowsGiveZeroAndMinusInfinityNeverNaN) {
   }
 }
 
+// The NaN rule (lmcore/core/internal/row_kernels.h): a NaN in query row i makes row i's output and lse
+// NaN, never a finite value or an "empty row" (0, -inf) that hides it; the other rows keep their bits.
+// A NaN in a key every query can see makes every row NaN; one the mask hides changes nothing.
+TEST(FlexAttention, NanInputsGiveNanRowsAndOnlyThose) {
+  const Tensor q = random_tensor({1, 2, 40, 8}, 31), k = random_tensor({1, 2, 40, 8}, 32),
+               v = random_tensor({1, 2, 40, 8}, 33);
+  for (std::int64_t block : {16, 128}) {
+    SCOPED_TRACE("block " + std::to_string(block));
+    const BlockMask bm = create_block_mask(MaskMod::causal(), 1, 1, 40, 40, block, block);
+    FlexOptions opt;
+    opt.block_mask = &bm;
+    opt.return_lse = true;
+    const FlexResult clean = flex_attention(q, k, v, opt);
+    for (std::int64_t row : {0, 17, 39}) {
+      std::vector<float> qv = q.to_vector<float>();
+      qv[static_cast<std::size_t>((1 * 40 + row) * 8 + 3)] = NAN;  // head 1, query `row`
+      const FlexResult r = flex_attention(Tensor::from_vector(qv, q.shape()), k, v, opt);
+      const auto out = r.out.to_vector<float>(), lse = r.lse.to_vector<float>();
+      const auto out0 = clean.out.to_vector<float>(), lse0 = clean.lse.to_vector<float>();
+      for (std::int64_t i = 0; i < 2 * 40; ++i) {
+        const bool poisoned = i == 40 + row;
+        EXPECT_EQ(std::isnan(lse[static_cast<std::size_t>(i)]), poisoned) << "row " << i;
+        if (!poisoned) {
+          EXPECT_EQ(lse[static_cast<std::size_t>(i)], lse0[static_cast<std::size_t>(i)]) << "row " << i;
+        }
+        for (std::int64_t e = 0; e < 8; ++e) {
+          const std::size_t at = static_cast<std::size_t>(i * 8 + e);
+          EXPECT_TRUE(poisoned ? std::isnan(out[at]) : out[at] == out0[at]) << "row " << i;
+        }
+      }
+    }
+    // Key 0 is seen by every query under the causal mask; the last key only by the last query.
+    for (std::int64_t key : {0, 39}) {
+      std::vector<float> kv = k.to_vector<float>();
+      kv[static_cast<std::size_t>(key * 8)] = NAN;  // head 0
+      const FlexResult r = flex_attention(q, Tensor::from_vector(kv, k.shape()), v, opt);
+      const auto lse = r.lse.to_vector<float>();
+      for (std::int64_t i = 0; i < 40; ++i) EXPECT_EQ(std::isnan(lse[static_cast<std::size_t>(i)]), i >= key) << i;
+      for (std::int64_t i = 40; i < 80; ++i) EXPECT_FALSE(std::isnan(lse[static_cast<std::size_t>(i)])) << i;
+    }
+  }
+}
+
 TEST(FlexAttention, NoBlockMaskIsDenseAndStridedInputsWork) {
   // Every input a non-contiguous view: q and d_out transposed out of [B, L, H, D], k a slice of a wider
   // head dim, v transposed; the results must equal those of contiguous copies bit for bit and match

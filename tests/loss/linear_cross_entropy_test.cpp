@@ -322,6 +322,43 @@ TEST(LinearCrossEntropy, SmallMemoryBudgetChunksTheVocabulary) {
   EXPECT_TRUE(all_close("d_weight", dw, dw_u, 1e-12, 1e-12));
 }
 
+// The NaN rule (lmcore/core/internal/row_kernels.h): a NaN in one token's hidden state makes that
+// token's loss, lse and d_hidden row NaN and leaves the other tokens' values as they were; the mean is
+// NaN, as torch's is. f32 (the vector row kernels) and f64, fused and unfused, one chunk or several.
+TEST(LinearCrossEntropy, NanHiddenStateGivesANanTokenAndOnlyThat) {
+  for (DType dtype : {DType::f32, DType::f64}) {
+    const Problem p = make_problem(9, 5, 37, 95, 0, dtype);
+    for (std::int64_t chunk : {0, 8}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " chunk " + std::to_string(chunk));
+      LossOptions o = options_for(p, true, false, Reduction::none, 0.1, 0.01, 0.0);
+      o.accumulate = dtype;
+      o.chunk_size = chunk;
+      const Tensor g = Tensor::full({p.n}, 1.0, dtype);
+      std::vector<double> h = p.hidden.to_vector<double>();
+      h[4 * 5 + 2] = NAN;  // token 4
+      const Tensor bad = Tensor::from_vector(h, {p.n, p.h}).to(dtype);
+      for (bool fused : {true, false}) {
+        auto run = fused ? linear_cross_entropy_with_grad : linear_cross_entropy_unfused_with_grad;
+        Tensor dw0 = Tensor::zeros({p.v, p.h}, dtype), dw1 = dw0.clone();
+        const auto clean = run(p.hidden, p.weight, p.target, o, g, dw0, Tensor());
+        const auto r = run(bad, p.weight, p.target, o, g, dw1, Tensor());
+        const auto loss = r.loss.to_vector<double>(), loss0 = clean.loss.to_vector<double>();
+        const auto lse = r.lse.to_vector<double>(), lse0 = clean.lse.to_vector<double>();
+        const auto dh = r.d_hidden.to_vector<double>(), dh0 = clean.d_hidden.to_vector<double>();
+        for (std::int64_t i = 0; i < p.n; ++i) {
+          EXPECT_EQ(std::isnan(loss[i]), i == 4) << (fused ? "fused" : "unfused") << " token " << i;
+          EXPECT_EQ(std::isnan(lse[i]), i == 4) << i;
+          EXPECT_TRUE(i == 4 || loss[i] == loss0[i]) << i;
+          for (std::int64_t k = 0; k < p.h; ++k)
+            EXPECT_TRUE(i == 4 ? std::isnan(dh[i * p.h + k]) : dh[i * p.h + k] == dh0[i * p.h + k]) << i;
+        }
+      }
+      o.reduction = Reduction::mean;
+      EXPECT_TRUE(std::isnan(linear_cross_entropy(bad, p.weight, p.target, o).loss.item_as_double()));
+    }
+  }
+}
+
 TEST(LinearCrossEntropy, AllTokensIgnored) {
   Problem p = make_problem(4, 3, 5, 61);
   p.target = Tensor::full({4}, -100, DType::i64);

@@ -1,0 +1,151 @@
+// Highway implementations of lmcore/core/internal/row_kernels.h, one copy per SIMD target.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/core/row_kernels.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+#include <hwy/contrib/math/math-inl.h>
+
+#include <limits>
+#include <type_traits>
+
+#include "lmcore/core/internal/row_kernels.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace lmcore::internal::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using D = hn::ScalableTag<float>;
+using V = hn::Vec<D>;
+
+// The last n - j (< one vector) elements of x with the missing lanes set to `pad`, so that the tail
+// goes through the same vector code, and rounds the same way, as the body.
+HWY_INLINE V LoadTail(D d, const float* HWY_RESTRICT x, std::int64_t j, std::int64_t n, float pad) {
+  HWY_ALIGN float buf[hn::MaxLanes(D())];
+  const std::int64_t lanes = static_cast<std::int64_t>(hn::Lanes(d));
+  for (std::int64_t i = 0; i < lanes; ++i) buf[i] = j + i < n ? x[j + i] : pad;
+  return hn::Load(d, buf);
+}
+
+HWY_INLINE void StoreTail(D d, V v, float* HWY_RESTRICT x, std::int64_t j, std::int64_t n) {
+  HWY_ALIGN float buf[hn::MaxLanes(D())];
+  hn::Store(v, d, buf);
+  for (std::int64_t i = 0; j + i < n; ++i) x[j + i] = buf[i];
+}
+
+// exp with the NaN rule: Highway's Exp maps NaN to 0 (its range check is false for NaN), which would
+// make a NaN vanish from a sum. One compare and blend per vector, beside a ~20-instruction exp.
+HWY_INLINE V ExpNaN(D d, V v) { return hn::IfThenElse(hn::IsNaN(v), v, hn::Exp(d, v)); }
+
+float RowMax(const float* HWY_RESTRICT x, std::int64_t n) {
+  const D d;
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d));
+  const float ninf = -std::numeric_limits<float>::infinity();
+  V acc = hn::Set(d, ninf);
+  // The NaN rule: x86 max drops a NaN operand, so NaN lanes are counted on the side.
+  auto nan = hn::Lt(acc, acc);  // all false
+  std::int64_t j = 0;
+  for (; j + N <= n; j += N) {
+    const V v = hn::LoadU(d, x + j);
+    acc = hn::Max(acc, v);
+    nan = hn::Or(nan, hn::IsNaN(v));
+  }
+  if (j < n) {
+    const V v = LoadTail(d, x, j, n, ninf);
+    acc = hn::Max(acc, v);
+    nan = hn::Or(nan, hn::IsNaN(v));
+  }
+  if (!hn::AllFalse(d, nan)) return std::numeric_limits<float>::quiet_NaN();
+  return hn::GetLane(hn::MaxOfLanes(d, acc));
+}
+
+// sum_j exp(x[j] - m), and with kStore also x[j] = exp(x[j] - m). Two accumulators, so that the adds
+// do not wait on each other behind the long exp; the tail pads with -inf (exp gives 0).
+template <bool kStore>
+float ExpSum(std::conditional_t<kStore, float*, const float*> HWY_RESTRICT x, std::int64_t n, float m) {
+  const D d;
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d));
+  const V vm = hn::Set(d, m);
+  V s0 = hn::Zero(d), s1 = hn::Zero(d);
+  std::int64_t j = 0;
+  for (; j + 2 * N <= n; j += 2 * N) {
+    const V e0 = ExpNaN(d, hn::Sub(hn::LoadU(d, x + j), vm));
+    const V e1 = ExpNaN(d, hn::Sub(hn::LoadU(d, x + j + N), vm));
+    if constexpr (kStore) {
+      hn::StoreU(e0, d, x + j);
+      hn::StoreU(e1, d, x + j + N);
+    }
+    s0 = hn::Add(s0, e0);
+    s1 = hn::Add(s1, e1);
+  }
+  for (; j + N <= n; j += N) {
+    const V e = ExpNaN(d, hn::Sub(hn::LoadU(d, x + j), vm));
+    if constexpr (kStore) hn::StoreU(e, d, x + j);
+    s0 = hn::Add(s0, e);
+  }
+  if (j < n) {
+    const V e = ExpNaN(d, hn::Sub(LoadTail(d, x, j, n, -std::numeric_limits<float>::infinity()), vm));
+    if constexpr (kStore) StoreTail(d, e, x, j, n);
+    s1 = hn::Add(s1, e);
+  }
+  return hn::GetLane(hn::SumOfLanes(d, hn::Add(s0, s1)));
+}
+
+float RowExpSum(const float* HWY_RESTRICT x, std::int64_t n, float m) { return ExpSum<false>(x, n, m); }
+float RowExpStoreSum(float* HWY_RESTRICT x, std::int64_t n, float m) { return ExpSum<true>(x, n, m); }
+
+void RowExp(float* HWY_RESTRICT x, std::int64_t n, float m) {
+  const D d;
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d));
+  const V vm = hn::Set(d, m);
+  std::int64_t j = 0;
+  for (; j + N <= n; j += N) hn::StoreU(ExpNaN(d, hn::Sub(hn::LoadU(d, x + j), vm)), d, x + j);
+  if (j < n)
+    StoreTail(d, ExpNaN(d, hn::Sub(LoadTail(d, x, j, n, -std::numeric_limits<float>::infinity()), vm)), x, j, n);
+}
+
+void RowScale(float* HWY_RESTRICT x, std::int64_t n, float a) {
+  const D d;
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d));
+  const V va = hn::Set(d, a);
+  std::int64_t j = 0;
+  for (; j + N <= n; j += N) hn::StoreU(hn::Mul(hn::LoadU(d, x + j), va), d, x + j);
+  if (j < n) StoreTail(d, hn::Mul(LoadTail(d, x, j, n, 0.0f), va), x, j, n);
+}
+
+float RowDot(const float* HWY_RESTRICT x, const float* HWY_RESTRICT w, std::int64_t n) {
+  const D d;
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d));
+  V s0 = hn::Zero(d), s1 = hn::Zero(d);
+  std::int64_t j = 0;
+  if (w != nullptr) {
+    for (; j + N <= n; j += N) s0 = hn::MulAdd(hn::LoadU(d, w + j), hn::LoadU(d, x + j), s0);
+    if (j < n) s1 = hn::Mul(LoadTail(d, w, j, n, 0.0f), LoadTail(d, x, j, n, 0.0f));
+  } else {
+    for (; j + N <= n; j += N) s0 = hn::Add(s0, hn::LoadU(d, x + j));
+    if (j < n) s1 = LoadTail(d, x, j, n, 0.0f);
+  }
+  return hn::GetLane(hn::SumOfLanes(d, hn::Add(s0, s1)));
+}
+
+}  // namespace lmcore::internal::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace lmcore::internal {
+
+HWY_EXPORT(RowMax);
+HWY_EXPORT(RowExpSum);
+HWY_EXPORT(RowExpStoreSum);
+HWY_EXPORT(RowExp);
+HWY_EXPORT(RowScale);
+HWY_EXPORT(RowDot);
+
+float row_max(const float* x, std::int64_t n) { return HWY_DYNAMIC_DISPATCH(RowMax)(x, n); }
+float row_exp_sum(const float* x, std::int64_t n, float m) { return HWY_DYNAMIC_DISPATCH(RowExpSum)(x, n, m); }
+float row_exp_store_sum(float* x, std::int64_t n, float m) { return HWY_DYNAMIC_DISPATCH(RowExpStoreSum)(x, n, m); }
+void row_exp(float* x, std::int64_t n, float m) { HWY_DYNAMIC_DISPATCH(RowExp)(x, n, m); }
+void row_scale(float* x, std::int64_t n, float a) { HWY_DYNAMIC_DISPATCH(RowScale)(x, n, a); }
+float row_dot(const float* x, const float* w, std::int64_t n) { return HWY_DYNAMIC_DISPATCH(RowDot)(x, w, n); }
+
+}  // namespace lmcore::internal
+#endif  // HWY_ONCE
