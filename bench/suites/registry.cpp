@@ -11,6 +11,7 @@ std::vector<BenchTable> run_io_suite(const BenchOptions& options);
 std::vector<BenchTable> run_attention_suite(const BenchOptions& options);
 std::vector<BenchTable> run_train_suite(const BenchOptions& options);
 std::vector<BenchTable> run_fsdp_suite(const BenchOptions& options);
+std::vector<BenchTable> run_elastic_suite(const BenchOptions& options);
 
 const std::vector<BenchSuite>& all_suites() {
   static const std::vector<BenchSuite> suites = {
@@ -25,6 +26,9 @@ const std::vector<BenchSuite>& all_suites() {
       {"fsdp", "sharded training: step time and exposed communication, 2 and 4 ranks, prefetch and a separate "
                "reduce-scatter group, loopback and shaped links (--quick: loopback, 2 ranks)",
        run_fsdp_suite},
+      {"elastic", "elastic training: kill -9 of one of 3 ranks to the first step after, in-memory and disk "
+                  "checkpoints, default and GPT-2-small-sized models (--quick: default, in-memory)",
+       run_elastic_suite},
   };
   return suites;
 }

@@ -42,6 +42,7 @@
 #include <fmt/format.h>
 
 #include "lmcore/core/error.h"
+#include "lmcore/core/fault_injection.h"
 #include "lmcore/train/checkpoint.h"
 
 namespace lmcore::train::detail {
@@ -198,6 +199,7 @@ void Elastic::snapshot(const TrainState& state) {
       Tensor out = s.pending.narrow(0, k * n, n);
       pg.all_to_all_single(out, live(e, k), a);
     }
+    fault_point("elastic.snapshot");
     // (2) Nobody commits before everybody received.
     pg.barrier();
   }
@@ -409,6 +411,8 @@ enum Info : int {
 
 Resume Elastic::rebuild(std::unique_ptr<dist::ProcessGroup> next, bool after_failure, const TrainState* live_state,
                         json event, Clock::time_point t0) {
+  const auto t_group = Clock::now();
+  event["group_s"] = std::chrono::duration<double>(t_group - t0).count();  // shrink / reconfigure / join
   pg_ = std::move(next);
   dist::ProcessGroup& pg = *pg_;
   const int me = pg.rank(), world = pg.world_size();
@@ -625,8 +629,11 @@ Resume Elastic::rebuild(std::unique_ptr<dist::ProcessGroup> next, bool after_fai
     fail("elastic: stopping at step {}: {}; consistent checkpoint: {} (resume with --resume)", state.step, stop, saved);
   }
 
+  event["restore_s"] = seconds_since(t_group);  // agree, build the engine, re-shard or read, share the state
   // (f) A fresh memory snapshot in the new layout.
+  const auto t_snap = Clock::now();
   if (o.memory_checkpoint_every > 0) snapshot(state);
+  event["snapshot_s"] = seconds_since(t_snap);
   event["recover_s"] = seconds_since(t0);
   event["unix_time"] = unix_now();
   return {state, event};

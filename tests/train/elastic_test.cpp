@@ -255,13 +255,15 @@ class Elastic : public ::testing::Test {
   // The survivors' losses from step `from` on equal those of 2 ranks resumed from the checkpoint of
   // `from` (same global batch): the same computation, so equal to f32 reduction order (measured: equal
   // bits; the bound is the FSDP tests').
-  void expect_two_rank_curve(const TrainOptions& elastic, std::int64_t from, const std::string& what) {
+  // `checkpoint`: the state of step `from` (default: the elastic run's own disk checkpoint of it).
+  void expect_two_rank_curve(const TrainOptions& elastic, std::int64_t from, const std::string& what,
+                             const std::string& checkpoint = "") {
     TrainOptions ref = elastic;
     ref.elastic = false;
     ref.memory_checkpoint_every = 0;
     ref.min_ranks = 1;
     ref.out = elastic.out + "_ref2";
-    ref.resume = elastic.out + fmt::format("/checkpoints/step_{:08}", from);
+    ref.resume = checkpoint.empty() ? elastic.out + fmt::format("/checkpoints/step_{:08}", from) : checkpoint;
     ASSERT_TRUE(fs::is_directory(ref.resume)) << ref.resume;
     ASSERT_TRUE(run_plain(ref, 2)) << what << ": reference run";
     const auto got = losses_by_step(elastic.out + "/metrics.jsonl");
@@ -340,6 +342,26 @@ TEST_F(Elastic, KillOfRankZeroInACheckpointWriteLeavesNoHalfCheckpoint) {
   }
   EXPECT_EQ(list_checkpoints(o.out + "/checkpoints").size(), 5u);  // steps 2, 4, ..., 10
   expect_two_rank_curve(o, 2, "killed while writing a checkpoint");
+}
+
+TEST_F(Elastic, KillDuringAMemoryCheckpointFallsBackToThePreviousOne) {
+  TrainOptions o = options("snapshot", 10);
+  o.elastic = true;
+  o.checkpoint_every = 5;  // none on disk before the failure
+  o.memory_checkpoint_every = 2;
+  // Snapshots are taken at the start (step 0) and after steps 2, 4, ...: the 3rd is step 4's. Rank 2 dies
+  // after the replicas of step 4 were exchanged, before anyone committed: nobody may use them.
+  const auto ev = run_with_kill(o, 2, "elastic.snapshot:3", "");
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0]["at_step"], 4);
+  EXPECT_EQ(ev[0]["step"], 2);
+  EXPECT_EQ(ev[0]["source"], "memory snapshot of step 2");
+  // The state of step 2 from an uninterrupted 3-rank run (the first two steps are the same computation;
+  // the same --max-steps, since the learning-rate schedule depends on it).
+  TrainOptions first = options("snapshot_uninterrupted", 10);
+  first.checkpoint_every = 2;
+  ASSERT_TRUE(run_plain(first, 3));
+  expect_two_rank_curve(o, 2, "killed in a memory checkpoint", first.out + "/checkpoints/step_00000002");
 }
 
 TEST_F(Elastic, ARestartedRankRejoinsAndTheRunEndsWithThree) {

@@ -22,8 +22,8 @@
 //
 // Sites in lmcore: "fsdp.forward" (a unit's parameters requested in a forward pass),
 // "fsdp.reduce_scatter" (a unit's gradient reduce-scatter issued), "checkpoint.shard" (this rank's
-// shard file of a sharded checkpoint written, the others possibly not), "train.step" (a training step
-// begins).
+// shard file of a sharded checkpoint written, the others possibly not), "elastic.snapshot" (an
+// in-memory checkpoint's replicas exchanged, not yet committed), "train.step" (a training step begins).
 #pragma once
 
 #include <string>

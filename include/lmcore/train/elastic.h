@@ -48,6 +48,10 @@
 //    write the restored state as a disk checkpoint for their world size and stop with an error naming
 //    it (resume it with --resume at any world size).
 //
+// The job's store must be its own (`lmcore launch` makes a fresh one; a Redis store shared by
+// successive jobs must be flushed between them): a rank that finds the key "train-elastic/formed"
+// there believes it was restarted into a running job and waits to be admitted.
+//
 // Testing hooks: lmcore/core/fault_injection.h kills a rank at a chosen point (during a forward, with a
 // reduce-scatter in flight, in a checkpoint write).
 #pragma once
