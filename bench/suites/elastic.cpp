@@ -32,7 +32,7 @@ namespace {
 
 struct Recovery {
   double kill_to_error = -1, recover = -1, kill_to_training = -1, first_step = -1, kill_to_first_step = -1;
-  double group = -1, restore = -1, snapshot = -1;  // parts of recover
+  double group = -1, restore = -1;  // parts of recover
   std::int64_t lost_steps = -1;
   std::string source, error;
 };
@@ -80,7 +80,6 @@ Recovery read_recovery(const std::string& out) {
   r.recover = change.value("recover_s", -1.0);
   r.group = change.value("group_s", -1.0);
   r.restore = change.value("restore_s", -1.0);
-  r.snapshot = change.value("snapshot_s", -1.0);
   r.kill_to_training = ready - killed;
   r.kill_to_error = r.kill_to_training - r.recover;
   r.kill_to_first_step = r.kill_to_training + r.first_step;
@@ -115,8 +114,7 @@ std::vector<BenchTable> run_elastic_suite(const BenchOptions& options) {
   t.title = fmt::format("Elastic training, 3 -> 2 ranks: kill -9 of rank 1 in step 4's forward to the first step "
                         "after (checkpoints every 2 steps, 1 x {} tokens x 2 micro-batches per rank, 1 thread per rank)",
                         seq);
-  t.columns = {"model", "params M", "checkpoint", "kill->error s", "shrink s", "restore s", "snapshot s",
-               "kill->training s", "first step s", "kill->first step s", "steps lost", "target s", "met"};
+  t.columns = {"model", "params M", "checkpoint", "kill->error s", "shrink s", "restore s", "kill->training s", "first step s", "kill->first step s", "steps lost", "target s", "met"};
   for (const std::string& m : models) {
     model::ModelConfig c;
     c.vocab_size = data.vocab_size;
@@ -159,7 +157,7 @@ std::vector<BenchTable> run_elastic_suite(const BenchOptions& options) {
       auto r2 = [](double x) { return std::round(x * 100) / 100; };
       const double target = timeout_s + 5;
       t.rows.push_back({m, std::round(static_cast<double>(c.num_parameters()) / 1e5) / 10, kind, r2(r.kill_to_error),
-                        r2(r.group), r2(r.restore), r2(r.snapshot), r2(r.kill_to_training), r2(r.first_step),
+                        r2(r.group), r2(r.restore), r2(r.kill_to_training), r2(r.first_step),
                         r2(r.kill_to_first_step), r.lost_steps,
                         kind == "memory" ? nlohmann::json(target) : nlohmann::json("-"),
                         kind == "memory" ? (r.kill_to_training <= target && r.lost_steps <= 2 ? "yes" : "NO")
@@ -169,8 +167,8 @@ std::vector<BenchTable> run_elastic_suite(const BenchOptions& options) {
   t.notes.push_back("kill->error: the kill until the survivors' collective failed and the roll call named the dead rank; "
                     "shrink: agreeing on the survivors and connecting the new group; restore: the new engine and its "
                     "groups, then re-sharding (memory: one all_to_all from the survivors' own shards and neighbour "
-                    "replicas) or reading the last sharded checkpoint (disk); snapshot: the new group's first memory "
-                    "checkpoint (memory only); kill->training = kill->error + shrink + restore + snapshot");
+                    "replicas) or reading the last sharded checkpoint (disk); kill->training = kill->error + shrink + "
+                    "restore");
   t.notes.push_back(fmt::format("target: back to training within the collectives' timeout ({:.0f} s, "
                                 "LMCORE_DIST_TIMEOUT_MS) + 5 s with in-memory checkpoints; steps lost: completed steps "
                                 "trained again (at most the checkpoint interval, 2)",

@@ -16,8 +16,12 @@
 //  rebuild() is one collective sequence run by every rank of the new group, members and joiners alike:
 //     (a) all_gather what each rank holds; (b) decide the source, the same way everywhere; (c) build the
 //     engine on the new group (its separate reduce-scatter group gets a name of this generation);
-//     (d) re-shard (one all_to_all_single) or read the disk checkpoint; (e) broadcast the state from a
-//     rank that has it; (f) take a fresh memory snapshot; (g) stop with a checkpoint below --min-ranks.
+//     (d) re-shard (one all_to_all_single; pieces that stay on a rank are copied in place) or read the
+//     disk checkpoint; (e) broadcast the state from a rank that has it; (g) stop with a checkpoint
+//     below --min-ranks. The new group's first memory snapshot waits for the next boundary (it would
+//     cost as long as the re-sharding again); until then the previous snapshot, in the old layout,
+//     still covers the restored state: it fails over to disk only if a lost rank's own shard and its
+//     replica are both gone.
 //
 // Memory snapshots (two-phase, so that a failure in the middle never leaves a torn one):
 //  (1) every rank sends its live shards (parameters, exp_avg, exp_avg_sq) to its left neighbour and
@@ -630,10 +634,6 @@ Resume Elastic::rebuild(std::unique_ptr<dist::ProcessGroup> next, bool after_fai
   }
 
   event["restore_s"] = seconds_since(t_group);  // agree, build the engine, re-shard or read, share the state
-  // (f) A fresh memory snapshot in the new layout.
-  const auto t_snap = Clock::now();
-  if (o.memory_checkpoint_every > 0) snapshot(state);
-  event["snapshot_s"] = seconds_since(t_snap);
   event["recover_s"] = seconds_since(t0);
   event["unix_time"] = unix_now();
   return {state, event};

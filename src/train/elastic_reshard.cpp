@@ -57,15 +57,27 @@ void redistribute(dist::ProcessGroup& pg, const std::vector<std::int64_t>& unit_
   const std::vector<Piece> pieces = plan_pieces(unit_numel, old_world, world, providers);
   const std::vector<std::int64_t> old_off = local_offsets(unit_numel, old_world);
   const std::vector<std::int64_t> new_off = local_offsets(unit_numel, world);
-  // 1. Element counts to and from each rank: three kinds of every piece.
+  const std::int64_t n_local = new_off.back();
+  for (int k = 0; k < 3; ++k) std::fill(dst[k], dst[k] + n_local, 0.0f);
+  // 1. Pieces that stay on this rank are copied straight into place (after a failure most do: a
+  //    survivor keeps its own shard and holds the lost neighbour's replica).
+  for (const Piece& p : pieces) {
+    if (p.src != me || p.dst != me) continue;
+    const std::int64_t so = shard_of(unit_numel[p.unit], old_world), sn = shard_of(unit_numel[p.unit], world);
+    for (int k = 0; k < 3; ++k)
+      std::copy_n(source(p.old_rank, k) + old_off[p.unit] + (p.begin - p.old_rank * so), p.end - p.begin,
+                  dst[k] + new_off[p.unit] + (p.begin - static_cast<std::int64_t>(me) * sn));
+  }
+  // 2. Element counts to and from every other rank: three kinds of every piece.
   std::vector<std::int64_t> send(static_cast<std::size_t>(world), 0), recv(static_cast<std::size_t>(world), 0);
   for (const Piece& p : pieces) {
+    if (p.src == p.dst) continue;
     if (p.src == me) send[static_cast<std::size_t>(p.dst)] += 3 * (p.end - p.begin);
     if (p.dst == me) recv[static_cast<std::size_t>(p.src)] += 3 * (p.end - p.begin);
   }
   std::int64_t total_send = 0, total_recv = 0;
   for (int r = 0; r < world; ++r) total_send += send[r], total_recv += recv[r];
-  // 2. Pack: per destination, kind by kind, its pieces in plan order.
+  // 3. Pack: per destination, kind by kind, its pieces in plan order.
   Tensor in = Tensor::empty({total_send}, DType::f32), out = Tensor::empty({total_recv}, DType::f32);
   float* w = in.data<float>();
   auto dst_begin = pieces.begin();
@@ -73,7 +85,7 @@ void redistribute(dist::ProcessGroup& pg, const std::vector<std::int64_t>& unit_
     const auto dst_end = std::find_if(dst_begin, pieces.end(), [&](const Piece& p) { return p.dst > j; });
     for (int k = 0; k < 3; ++k)
       for (auto it = dst_begin; it != dst_end; ++it) {
-        if (it->src != me) continue;
+        if (it->src != me || it->dst == me) continue;
         const std::int64_t so = shard_of(unit_numel[it->unit], old_world);
         const float* from = source(it->old_rank, k);
         LMCORE_ASSERT(from != nullptr);
@@ -82,22 +94,17 @@ void redistribute(dist::ProcessGroup& pg, const std::vector<std::int64_t>& unit_
     dst_begin = dst_end;
   }
   LMCORE_ASSERT_EQ(w - in.data<float>(), total_send);
-  // 3. One exchange.
+  // 4. One exchange.
   dist::AllToAllOptions a;
   a.input_split_sizes = send;
   a.output_split_sizes = recv;
-  if (world > 1) {
-    pg.all_to_all_single(out, in, a);
-  } else {
-    out = in;  // all_to_all_single with split sizes crashes on a group of one (a dist bug, reported)
-  }
-  // 4. Unpack: per source, kind by kind, the pieces for this rank in plan order (the sender's order).
-  const std::int64_t n_local = new_off.back();
-  for (int k = 0; k < 3; ++k) std::fill(dst[k], dst[k] + n_local, 0.0f);
+  // (On a group of one nothing moves; all_to_all_single with split sizes crashes there: a dist bug.)
+  if (world > 1) pg.all_to_all_single(out, in, a);
+  // 5. Unpack: per source, kind by kind, the pieces for this rank in plan order (the sender's order).
   const float* r = out.data<float>();
   std::vector<const Piece*> mine;
   for (const Piece& p : pieces)
-    if (p.dst == me) mine.push_back(&p);
+    if (p.dst == me && p.src != me) mine.push_back(&p);
   auto src_begin = mine.begin();
   for (int i = 0; i < world; ++i) {
     const auto src_end = std::find_if(src_begin, mine.end(), [&](const Piece* p) { return p->src > i; });

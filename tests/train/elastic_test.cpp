@@ -238,12 +238,21 @@ class Elastic : public ::testing::Test {
   // SIGKILL and the survivors to finish. Returns the run's membership events.
   std::vector<nlohmann::json> run_with_kill(const TrainOptions& o, int victim, const std::string& fault,
                                             const std::string& fault_after) {
+    return run_with_kills(o, 3, {{victim, {fault, fault_after}}});
+  }
+  // `world` elastic ranks; each victim armed with its (fault, fault_after).
+  std::vector<nlohmann::json> run_with_kills(const TrainOptions& o, int world,
+                                             const std::map<int, std::pair<std::string, std::string>>& victims) {
     const std::string store = dist::testing::fresh_store("elastic");
     std::vector<pid_t> pids;
-    for (int r = 0; r < 3; ++r) pids.push_back(start_rank(o, r, 3, store, r == victim ? fault : "", fault_after));
+    for (int r = 0; r < world; ++r) {
+      const auto it = victims.find(r);
+      pids.push_back(it == victims.end() ? start_rank(o, r, world, store, "")
+                                         : start_rank(o, r, world, store, it->second.first, it->second.second));
+    }
     const auto st = wait_all(pids, std::chrono::seconds(120));
-    for (int r = 0; r < 3; ++r) {
-      if (r == victim) {
+    for (int r = 0; r < world; ++r) {
+      if (victims.count(r)) {
         EXPECT_TRUE(WIFSIGNALED(st[r]) && WTERMSIG(st[r]) == SIGKILL) << "victim: " << describe_exit(st[r]);
       } else {
         EXPECT_TRUE(exited_ok(st[r])) << "survivor " << r << ": " << describe_exit(st[r]) << " "
@@ -362,6 +371,50 @@ TEST_F(Elastic, KillDuringAMemoryCheckpointFallsBackToThePreviousOne) {
   first.checkpoint_every = 2;
   ASSERT_TRUE(run_plain(first, 3));
   expect_two_rank_curve(o, 2, "killed in a memory checkpoint", first.out + "/checkpoints/step_00000002");
+}
+
+// 4 ranks (global batch 12 keeps at 4, 3 and 2): rank 1 dies in step 5 (back to the memory checkpoint
+// of step 4), then rank 3 in step 7, before the next memory checkpoint: the previous one, in the layout
+// of 4 ranks, still holds everything (rank 1's shard as rank 0's replica, rank 3's as rank 2's).
+TEST_F(Elastic, ASecondFailureBeforeTheNextMemoryCheckpointStillRestoresIt) {
+  TrainOptions o = options("twice", 12);
+  o.global_batch = 12;
+  o.elastic = true;
+  o.checkpoint_every = 4;
+  o.memory_checkpoint_every = 4;
+  // Rank 3's 8th step of its loop is step 7 (steps 5 and 6 are trained again after the first failure).
+  const auto ev = run_with_kills(o, 4, {{1, {"fsdp.forward:2", "train.step:5"}}, {3, {"fsdp.forward:2", "train.step:8"}}});
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_EQ(ev[0]["at_step"], 4);
+  EXPECT_EQ(ev[0]["step"], 4);
+  EXPECT_EQ(ev[0]["lost_ranks"], nlohmann::json::array({1}));
+  EXPECT_EQ(ev[1]["at_step"], 6);
+  EXPECT_EQ(ev[1]["step"], 4);
+  EXPECT_EQ(ev[1]["old_world"], 3);
+  EXPECT_EQ(ev[1]["new_world"], 2);
+  EXPECT_EQ(ev[1]["lost_ranks"], nlohmann::json::array({2}));  // old rank 3 was rank 2 of three
+  EXPECT_EQ(ev[1]["source"], "memory snapshot of step 4");
+  expect_two_rank_curve(o, 4, "two failures");
+}
+
+// Two neighbours die at once: rank 2's shard and its only replica (on rank 1) are gone, so the
+// survivors fall back to the newest disk checkpoint.
+TEST_F(Elastic, NeighboursDyingTogetherFallBackToTheDiskCheckpoint) {
+  TrainOptions o = options("neighbours", 10);
+  o.global_batch = 12;
+  o.elastic = true;
+  o.checkpoint_every = 3;
+  o.memory_checkpoint_every = 2;  // memory: step 4, disk: step 3
+  // Both die as step 5 begins (both surely get there: step 4 completed everywhere).
+  const auto ev = run_with_kills(o, 4, {{1, {"train.step:5", ""}}, {2, {"train.step:5", ""}}});
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0]["old_world"], 4);
+  EXPECT_EQ(ev[0]["new_world"], 2);
+  EXPECT_EQ(ev[0]["lost_ranks"], nlohmann::json::array({1, 2}));
+  EXPECT_EQ(ev[0]["step"], 3);
+  EXPECT_NE(ev[0]["source"].get<std::string>().find("disk checkpoint"), std::string::npos) << ev[0];
+  EXPECT_TRUE(ev[0].contains("memory_snapshot_lost")) << ev[0];
+  expect_two_rank_curve(o, 3, "two neighbours at once");
 }
 
 TEST_F(Elastic, ARestartedRankRejoinsAndTheRunEndsWithThree) {
