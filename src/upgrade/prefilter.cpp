@@ -156,6 +156,7 @@ bool keyword_trigger(std::string_view s, std::size_t word_begin, std::size_t p, 
 }
 
 std::size_t skip_string(std::string_view s, std::size_t p, bool fstring, bool& hit);
+bool call_has_string_arg(std::string_view s, std::size_t p);
 
 // An op called with a quote inside its parentheses, imported under another name, or named at the
 // end of a statement (`s = torch.sum`).
@@ -168,8 +169,12 @@ bool op_trigger(std::string_view s, std::size_t word_begin, std::size_t p) {
   }
   if (s[p] == 'a' && p + 2 < s.size() && s[p + 1] == 's' && (s[p + 2] == ' ' || s[p + 2] == '\t' || s[p + 2] == '\\'))
     return true;  // `import ... sum as s`
-  if (s[p] != '(') return false;
-  // A string-like value at the start of one of its arguments (what Checker::call_might_match asks).
+  return s[p] == '(' && call_has_string_arg(s, p);
+}
+
+// At the `(` at p: a string-like value at the start of an argument or after a keyword's `=` (what
+// Checker::call_might_match asks, and a little more).
+bool call_has_string_arg(std::string_view s, std::size_t p) {
   int depth = 0;
   bool arg_start = true;
   for (++p; p < s.size(); ++p) {
@@ -186,11 +191,25 @@ bool op_trigger(std::string_view s, std::size_t word_begin, std::size_t p) {
       ++depth;
     } else if (c == ')' || c == ']' || c == '}') {
       if (depth-- == 0) return false;
-    } else if (c == ',' && depth == 0) {
+    } else if (depth == 0 && (c == ',' || (c == '=' && p + 1 < s.size() && s[p + 1] != '=' &&
+                                         s[p - 1] != '=' && s[p - 1] != '!' && s[p - 1] != '<' && s[p - 1] != '>'))) {
       arg_start = true;
     }
   }
   return false;
+}
+
+// The attribute at [wb, we) follows `torch.` (the module: torch.unflatten, torch.rename), which
+// Checker::classify_receiver never takes for a tensor and check_call leaves to check_attribute.
+bool on_torch_module(std::string_view s, std::size_t wb) {
+  std::size_t k = wb;
+  while (k > 0 && (s[k - 1] == ' ' || s[k - 1] == '\t' || s[k - 1] == '\\' || s[k - 1] == '\n' || s[k - 1] == '\r')) --k;
+  if (k == 0 || s[k - 1] != '.') return false;
+  --k;
+  while (k > 0 && (s[k - 1] == ' ' || s[k - 1] == '\t' || s[k - 1] == '\\' || s[k - 1] == '\n' || s[k - 1] == '\r')) --k;
+  const std::size_t end = k;
+  while (k > 0 && kClass.ident[static_cast<unsigned char>(s[k - 1])]) --k;
+  return end - k == 5 && s.compare(k, 5, "torch") == 0 && previous(s, k) != '.';
 }
 
 // Skips a string literal whose opening quote is at p; returns the offset after its closing quote
@@ -238,7 +257,12 @@ bool scan_code(std::string_view s, std::size_t b, std::size_t e) {
         case Trigger::none: break;
         case Trigger::word: return true;
         case Trigger::attribute:
-          if (previous(s, wb) == '.') return true;
+          if (previous(s, wb) == '.' && !on_torch_module(s, wb)) {
+            // unflatten is a finding only with a dimension name or a named shape.
+            if (i - wb != 9 || s.compare(wb, 9, "unflatten") != 0) return true;
+            const std::size_t p = skip_blank(s, i);
+            if (p >= s.size() || s[p] != '(' || call_has_string_arg(s, p)) return true;
+          }
           break;
         case Trigger::keyword:
           if (i - wb == 5 && s.compare(wb, 5, "names") == 0) {

@@ -329,6 +329,9 @@ TEST(UpgradePrefilter, NeverRulesOutAFileWithAFinding) {
       "import torch\nlayer = torch.nn.Unflatten('C', (('A', 2), ('B', 3)))\n",
       "import torch\nt = torch.ones(2)\nprint(f\"{t.names}\")\n",
       "import torch\nz = torch.zeros(2, names=None)\n",
+      "import torch\nt = torch.ones(2)\nt.unflatten('C', ((\"A\", 1), (\"B\", 2)))\n",
+      "import torch\nt = torch.ones(2)\nt.unflatten(1, sizes=((\"A\", 1), (\"B\", 2)))\n",
+      "import torch\nf = torch.Tensor.rename\n",
       "x = '''unterminated\n",  // syntax errors: the tokenizer must see them
       "x = 'unterminated\n",
   };
@@ -340,7 +343,9 @@ TEST(UpgradePrefilter, NeverRulesOutAFileWithAFinding) {
   // Names in comments and strings, and calls without a quote in them, are not candidates.
   for (const std::string src : {"import numpy as np\nx = np.zeros(3)\nprint(x.sum(0), x.max())\n",
                                 "# t.names and dist.all_gather_into_tensor\n\"\"\"t.sum('C')\"\"\"\nx = 1\n",
-                                "s = 'names'\nb = b\"rename\"\n", "def f(dim=0):\n    return dim == 'C'\n"}) {
+                                "s = 'names'\nb = b\"rename\"\n", "def f(dim=0):\n    return dim == 'C'\n",
+                                // torch.unflatten is the module's function; unflatten with plain sizes stays.
+                                "import torch\nops = [torch.unflatten, torch.rename]\nt.unflatten(1, (2, 2))\n"}) {
     EXPECT_FALSE(may_have_python_findings(src)) << src;
     EXPECT_TRUE(check_python_source(src, {}).empty()) << src;
   }
