@@ -4,7 +4,8 @@
 // Bounds (tests/common/bounds.h, each shown to reject a 1% error): |diff| <= eps (a max|want| + r |want|).
 // Measured with LMCORE_TEST_REPORT_ERRORS=1 build/release/tests/loss/test_loss, eps max|want| (bound):
 //   bf16 inputs: loss 0.30 (8, 0) f32, lse 0.55 (4, 0) f32, d_hidden 0.31 (1/64, 1/2) bf16 (89% of it),
-//                d_weight 1.5 (16, 0) f32
+//                d_weight 1.5 (16, 0) f32;  f16 inputs: d_hidden 0.29 (1/8, 1/2) f16 (63% of it),
+//                loss 0.66, lse 0.56, d_weight 1.4 as above
 //   strided vs contiguous operands: 0 (identical) (4, 0);  cross_entropy f64: 0.57 (8, 0)
 //   module vs the function it wraps: 0.9 (4, 0), the added part of a tied gradient 2.8 (8, 0); module vs
 //   the naive reference: 1.4 (16, 0) as in linear_cross_entropy_test.cpp
@@ -35,11 +36,10 @@ using test::random_tensor;
 
 Tensor vec(const std::vector<double>& x, const Shape& shape) { return Tensor::from_vector(x, shape); }
 
-TEST(LinearCrossEntropyPrecision, Bf16InputsMatchTheNaiveReference) {
+TEST(LinearCrossEntropyPrecision, Bf16AndF16InputsMatchTheNaiveReference) {
   const std::int64_t n = 40, h = 64, v = 301;
-  // bf16 inputs; the reference reads the same values in f64. What is left: f32 arithmetic on exact
-  // bf16 products, and d_hidden's final rounding to bf16 (half an ulp, <= eps/2 |x|).
-  const Tensor hb = random_tensor({n, h}, 1, 1.0, DType::bf16), wb = random_tensor({v, h}, 2, 0.1, DType::bf16);
+  // bf16 or f16 inputs; the reference reads the same values in f64. What is left: f32 arithmetic on
+  // exact products, and d_hidden's final rounding to the input dtype (half an ulp, <= eps/2 |x|).
   const Tensor target = random_targets(n, v, 3, 5);
   LossOptions o;
   o.label_smoothing = 0.1;
@@ -47,17 +47,22 @@ TEST(LinearCrossEntropyPrecision, Bf16InputsMatchTheNaiveReference) {
   o.softcap = 20.0;
   o.class_weight = test::random_uniform({v}, 4, 0.5, 1.5).to(DType::f32);
   const Tensor g = Tensor::full({}, 1.0, DType::f32);
-  for (std::int64_t chunk : {std::int64_t{64}, std::int64_t{0}}) {
-    SCOPED_TRACE("chunk " + std::to_string(chunk));
-    o.chunk_size = chunk;
-    Tensor dw = Tensor::zeros({v, h}, DType::f32);
-    const auto b = linear_cross_entropy_with_grad(hb, wb, target, o, g, dw, Tensor());
-    EXPECT_EQ(b.d_hidden.dtype(), DType::bf16);
-    const NaiveLoss ref = naive_linear_cross_entropy(hb, wb, target, o, g);
-    EXPECT_TRUE(close_within("bf16 loss", b.loss, Tensor::full({}, ref.total, DType::f64), DType::f32, {8, 0}));
-    EXPECT_TRUE(close_within("bf16 lse", b.lse, vec(ref.lse, {n}), DType::f32, {4, 0}));
-    EXPECT_TRUE(close_within("bf16 d_hidden", b.d_hidden, vec(ref.d_hidden, {n, h}), DType::bf16, {1.0 / 64, 0.5}));
-    EXPECT_TRUE(close_within("bf16 d_weight", dw, vec(ref.d_weight, {v, h}), DType::f32, {16, 0}));
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    for (std::int64_t chunk : {std::int64_t{64}, std::int64_t{0}}) {
+      const std::string name = std::string(dtype_name(dtype)) + " chunk " + std::to_string(chunk) + " ";
+      SCOPED_TRACE(name);
+      const Tensor hb = random_tensor({n, h}, 1, 1.0, dtype), wb = random_tensor({v, h}, 2, 0.1, dtype);
+      o.chunk_size = chunk;
+      Tensor dw = Tensor::zeros({v, h}, DType::f32);
+      const auto b = linear_cross_entropy_with_grad(hb, wb, target, o, g, dw, Tensor());
+      EXPECT_EQ(b.d_hidden.dtype(), dtype);
+      const NaiveLoss ref = naive_linear_cross_entropy(hb, wb, target, o, g);
+      EXPECT_TRUE(close_within(name + "loss", b.loss, Tensor::full({}, ref.total, DType::f64), DType::f32, {8, 0}));
+      EXPECT_TRUE(close_within(name + "lse", b.lse, vec(ref.lse, {n}), DType::f32, {4, 0}));
+      const Bound dh = dtype == DType::bf16 ? Bound{1.0 / 64, 0.5} : Bound{1.0 / 8, 0.5};
+      EXPECT_TRUE(close_within(name + "d_hidden", b.d_hidden, vec(ref.d_hidden, {n, h}), dtype, dh));
+      EXPECT_TRUE(close_within(name + "d_weight", dw, vec(ref.d_weight, {v, h}), DType::f32, {16, 0}));
+    }
   }
 }
 

@@ -21,6 +21,7 @@ IGNORE = -100
 #       d_hidden 4.0, d_weight 1.7 (against prior + gradient, (4, 0)), d_bias 2.7 (16, 0)
 #   f32: loss 0.17, lse 0.82, d_hidden 7.0, d_weight 2.0, d_bias 2.2
 #   bf16 inputs: loss 0.11, lse 0.39 (f32), d_hidden 0.20 (bf16, (1/64, 1/2): 82% of it), d_weight 2.4 (f32)
+#   f16 inputs: loss 0.38, lse 0.79, d_hidden 0.35 (f16, (1/8, 1/2): 64% of it), d_weight 2.4
 #   tied module: loss 0.12, d_hidden 1.6, shared d_weight 0.31 (4, 0), the part added to it 3.0
 # Before: f64 1e-10 |want| + 1e-12 (~450000 eps), f32 2e-5 |want| + 2e-6, bf16 d_hidden 1/128 |want|
 # (twice its rounding), the tied module 1e-5 |want| + 1e-6.
@@ -130,20 +131,23 @@ def test_f32_default_accumulation_and_separate_backward(chunk_size):
     close_within("f32 d_bias", d_bias, ref["d_bias"], f32, *GRAD)
 
 
-def test_bf16_inputs_against_torch_f32():
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_inputs_against_torch_f64(dtype):
     n, h, v = 40, 64, 257
-    hidden, weight, bias, cw, target = make(n, h, v, seed=21, dtype=torch.bfloat16)
+    hidden, weight, bias, cw, target = make(n, h, v, seed=21, dtype=dtype)
     ref = torch_reference(hidden.double(), weight.double(), target, bias=None, class_weight=None, reduction="mean",
                           label_smoothing=0.1, z_loss=1e-3, softcap=0.0, grad=torch.tensor(1.0, dtype=torch.float64))
     d_weight = torch.zeros(v, h, dtype=torch.float32)
     loss, zl, lse, d_hidden = (as_torch(t) for t in lmcore.linear_cross_entropy_with_grad(
         hidden, weight, target, d_weight=d_weight, label_smoothing=0.1, z_loss=1e-3, chunk_size=32))
-    assert d_hidden.dtype == torch.bfloat16
-    # The same bf16 values in f64 on torch's side: f32 arithmetic on exact products, d_hidden rounded once.
-    close_within("bf16 loss", loss, ref["loss"], torch.float32, *LOSS)
-    close_within("bf16 lse", lse, ref["lse"], torch.float32, *LSE)
-    close_within("bf16 d_hidden", d_hidden, ref["d_hidden"], torch.bfloat16, 1 / 64, 0.5)
-    close_within("bf16 d_weight", d_weight, ref["d_weight"], torch.float32, *GRAD)
+    assert d_hidden.dtype == dtype
+    # The same values in f64 on torch's side: f32 arithmetic on exact products, d_hidden rounded once
+    # to the input dtype (half an ulp; f16's epsilon is 8x smaller than bf16's, and so is its bound).
+    name = str(dtype)[6:]
+    close_within(f"{name} loss", loss, ref["loss"], torch.float32, *LOSS)
+    close_within(f"{name} lse", lse, ref["lse"], torch.float32, *LSE)
+    close_within(f"{name} d_hidden", d_hidden, ref["d_hidden"], dtype, 1 / 64 if dtype == torch.bfloat16 else 1 / 8, 0.5)
+    close_within(f"{name} d_weight", d_weight, ref["d_weight"], torch.float32, *GRAD)
 
 
 def test_tied_module_adds_into_a_torch_gradient_in_place():
