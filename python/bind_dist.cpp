@@ -17,6 +17,7 @@
 #include <cmath>
 
 #include "lmcore/dist/flight_recorder.h"
+#include "lmcore/dist/launch.h"
 #include "lmcore/dist/process_group.h"
 #include "python/tensor_convert.h"
 
@@ -279,6 +280,30 @@ void bind_dist(py::module_& m) {
           return r;
         },
         py::arg("paths"), "Compares flight-recorder dumps (one per rank), like `lmcore trace`.");
+
+  d.def("launch",
+        [](const std::vector<std::string>& command, int nproc, int nnodes, int node_rank, std::optional<std::string> store,
+           bool keep_going, int restart_failed, double kill_grace) {
+          dist::LaunchOptions o;
+          o.command = command;
+          o.nproc = nproc;
+          o.nnodes = nnodes;
+          o.node_rank = node_rank;
+          if (store) o.store = *store;
+          o.keep_going = keep_going;
+          o.restart_failed = restart_failed;
+          LMCORE_CHECK(kill_grace >= 0 && std::isfinite(kill_grace), "launch: kill_grace {} s must be >= 0", kill_grace);
+          o.kill_grace = std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(kill_grace * 1000.0)));
+          py::gil_scoped_release release;
+          return dist::launch(o);
+        },
+        py::arg("command"), py::arg("nproc") = 1, py::arg("nnodes") = 1, py::arg("node_rank") = 0,
+        py::arg("store") = py::none(), py::arg("keep_going") = false, py::arg("restart_failed") = 0,
+        py::arg("kill_grace") = 3.0,
+        "Runs `command` (a list: program and arguments) as nproc local ranks with the LMCORE_* environment, as "
+        "`lmcore launch` does; their lines go to this process's stdout/stderr (file descriptors 1 and 2) prefixed "
+        "with [rank R]. Returns the job's exit status (0, a failed rank's, or 128 + the signal that stopped it). "
+        "See lmcore/dist/launch.h.");
 }
 
 }  // namespace lmcore::python

@@ -287,3 +287,33 @@ def test_deprecated_aliases_warn_once_per_process_through_python_warnings(tmp_pa
         ["FutureWarning", "reduce_scatter_tensor is deprecated, use reduce_scatter_single", "aliases.py"],
     ], caught
     assert "deprecated" not in res.stderr, res.stderr
+
+
+def test_lmcore_dist_launch_is_the_launcher_from_python(tmp_path):
+    # The launcher lives in the library: lmcore.dist.launch runs ranks exactly as `lmcore launch` does
+    # (same environment, prefixes, status), and refuses bad options with lmcore.Error.
+    script = tmp_path / "launcher.py"
+    script.write_text(PRELUDE + textwrap.dedent(f"""
+        rank_body = ("import os, lmcore; pg = lmcore.dist.ProcessGroup(timeout=30); "
+                     "import torch; x = torch.ones(3) * (pg.rank + 1); pg.all_reduce(x); "
+                     "print('sum', x.tolist(), os.environ['LMCORE_LOCAL_RANK'], os.environ['LMCORE_WORLD_SIZE'])")
+        env_path = {str(BUILD / 'python')!r}
+        rc = lmcore.dist.launch([{PY!r}, "-c", "import sys; sys.path.insert(0, %r); " % env_path + rank_body], nproc=3)
+        print("rc", rc, flush=True)
+        # Rank 1 fails later: the status is the first failure's.
+        rc = lmcore.dist.launch([{PY!r}, "-c", "import os, sys, time; r = int(os.environ['LMCORE_RANK']); "
+                                 "time.sleep(0.5 * r); sys.exit(4 + r)"], nproc=2, keep_going=True)
+        print("rc", rc, flush=True)
+        try:
+            lmcore.dist.launch(["true"], nproc=2, nnodes=2, node_rank=0)
+        except lmcore.Error as e:
+            print("error", e, flush=True)
+        """))
+    res = subprocess.run([PY, str(script)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = res.stdout.splitlines()
+    for r in range(3):
+        assert f"[rank {r}] sum [6.0, 6.0, 6.0] {r} 3" in lines, res.stdout + res.stderr
+    assert [l for l in lines if l.startswith("rc ")] == ["rc 0", "rc 4"], res.stdout
+    assert "error launch: nnodes (--nnodes) 2 needs a store shared by every machine" in res.stdout, res.stdout
+    assert "rank 1 exited with status 5 (--keep-going)" in res.stderr, res.stderr
