@@ -139,6 +139,24 @@ std::shared_ptr<GroupImpl> make_group(const GroupConfig& o, std::shared_ptr<Stor
                                   "within {} ms: {}",
                                   o.name, generation, rank, size, o.connect_timeout.count(), e.what()));
     }
+    // No rank returns before every rank's pairs are connected. A pair is connected on one side
+    // before the other has finished its handshake, so a rank that went on at once and closed its
+    // connections (shrink(), abort(), a first call that failed) broke a peer's rendezvous: a
+    // "connection reset" there, or Gloo's event loop aborting the peer process (getpeername on a
+    // socket the peer had already closed).
+    std::vector<std::string> ready;
+    for (int p = 0; p < size; ++p) ready.push_back(fmt::format("g{}/ready/{}", generation, p));
+    g->group_store->set(ready[static_cast<std::size_t>(rank)], "1");
+    if (!g->group_store->wait(ready, o.connect_timeout - std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0))) {
+      std::vector<int> late;
+      for (int p = 0; p < size; ++p) {
+        if (!g->group_store->check({ready[static_cast<std::size_t>(p)]})) late.push_back(p);
+      }
+      throw DistError(DistErrorKind::timeout, "rendezvous", -1, late,
+                      fmt::format("ProcessGroup '{}' generation {}: rank {} of {} connected, but ranks [{}] did not "
+                                  "finish connecting within {} ms",
+                                  o.name, generation, rank, size, fmt::join(late, ", "), o.connect_timeout.count()));
+    }
   }
   g->transport = std::make_unique<Transport>(device, ctx);
   g->membership = std::make_unique<Membership>(g->group_store, rank, size, generation);
