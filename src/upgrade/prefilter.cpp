@@ -20,6 +20,10 @@
 #include <cstring>
 #include <string_view>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "lmcore/upgrade/dim_params.h"
 #include "lmcore/upgrade/python_check.h"
 
@@ -49,6 +53,11 @@ class Words {
       for (const auto& p : o.params)
         if (p.kind != DimKind::other) add(p.name, Trigger::keyword);
     }
+  }
+
+  // False for most identifiers: no trigger word has this first byte and length.
+  bool may_be(const char* w, std::size_t len) const {
+    return len < 64 && (maybe_[static_cast<unsigned char>(w[0])] >> len & 1);
   }
 
   Trigger find(const char* w, std::size_t len) const {
@@ -217,9 +226,129 @@ bool on_torch_module(std::string_view s, std::size_t wb) {
 std::size_t skip_string(std::string_view s, std::size_t p, bool fstring, bool& hit);
 
 // Searches [b, e) as code. Returns true at the first trigger.
+// The identifier [wb, we) of the code region ending at e: true when it is a trigger. A string
+// prefix (r, b, u, f, rb, fr, ...) followed by its literal moves `next` past the literal.
+bool identifier_triggers(std::string_view s, std::size_t wb, std::size_t we, std::size_t e, std::size_t& next) {
+  next = we;
+  if (we < e && (s[we] == '"' || s[we] == '\'') && we - wb <= 2) {
+    bool f = false, prefix = true;
+    for (std::size_t k = wb; k < we; ++k) {
+      const char l = static_cast<char>(s[k] | 0x20);
+      f |= l == 'f';
+      prefix &= l == 'r' || l == 'b' || l == 'u' || l == 'f';
+    }
+    if (prefix) {
+      bool hit = false;
+      next = skip_string(s, we, f, hit);
+      return hit;
+    }
+  }
+  switch (words().find(s.data() + wb, we - wb)) {
+    case Trigger::none: return false;
+    case Trigger::word: return true;
+    case Trigger::attribute:
+      if (previous(s, wb) == '.' && !on_torch_module(s, wb)) {
+        // unflatten is a finding only with a dimension name or a named shape.
+        if (we - wb != 9 || s.compare(wb, 9, "unflatten") != 0) return true;
+        const std::size_t p = skip_blank(s, we);
+        if (p >= s.size() || s[p] != '(' || call_has_string_arg(s, p)) return true;
+      }
+      return false;
+    case Trigger::keyword:
+      if (we - wb == 5 && s.compare(wb, 5, "names") == 0)
+        return previous(s, wb) == '.' || keyword_trigger(s, wb, we, true);
+      return keyword_trigger(s, wb, we, false);
+    case Trigger::op: return op_trigger(s, wb, we);
+  }
+  return false;
+}
+
+// Skips a comment or string literal at p (a '#' or a quote); true when it is itself a candidate.
+bool skip_special(std::string_view s, std::size_t p, std::size_t e, std::size_t& next) {
+  if (s[p] == '#') {
+    const void* nl = std::memchr(s.data() + p, '\n', e - p);
+    next = nl ? static_cast<std::size_t>(static_cast<const char*>(nl) - s.data()) : e;
+    return false;
+  }
+  bool hit = false;
+  next = skip_string(s, p, false, hit);
+  return hit;
+}
+
+#if defined(__SSE2__)
+// Bit k: byte p[k] is an identifier byte ([A-Za-z0-9_] or >= 0x80); `special`: '#' or a quote.
+inline std::uint64_t classify64(const char* p, std::uint64_t& special) {
+  std::uint64_t ident = 0;
+  special = 0;
+  for (int k = 0; k < 4; ++k) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * k));
+    const __m128i a = _mm_sub_epi8(_mm_or_si128(v, _mm_set1_epi8(0x20)), _mm_set1_epi8('a'));
+    const __m128i letter = _mm_cmpeq_epi8(_mm_min_epu8(a, _mm_set1_epi8(25)), a);
+    const __m128i d = _mm_sub_epi8(v, _mm_set1_epi8('0'));
+    const __m128i digit = _mm_cmpeq_epi8(_mm_min_epu8(d, _mm_set1_epi8(9)), d);
+    const __m128i under = _mm_cmpeq_epi8(v, _mm_set1_epi8('_'));
+    const unsigned id = static_cast<unsigned>(_mm_movemask_epi8(_mm_or_si128(_mm_or_si128(letter, digit), under)) |
+                                              _mm_movemask_epi8(v));
+    const __m128i sp = _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('#')),
+                                    _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\''))));
+    ident |= std::uint64_t{id} << (16 * k);
+    special |= std::uint64_t{static_cast<unsigned>(_mm_movemask_epi8(sp))} << (16 * k);
+  }
+  return ident;
+}
+#endif
+
+// Whether identifier_triggers needs a look: a trigger word's first byte and length, or a short
+// word right before a quote (a string prefix).
+inline bool worth_a_look(const Words& w, std::string_view s, std::size_t wb, std::size_t we, std::size_t e) {
+  return w.may_be(s.data() + wb, we - wb) || (we - wb <= 2 && we < e && (s[we] == '"' || s[we] == '\''));
+}
+
+// Searches [b, e) as code. Returns true at the first trigger.
 bool scan_code(std::string_view s, std::size_t b, std::size_t e) {
   const Words& w = words();
   std::size_t i = b;
+#if defined(__SSE2__)
+  // 64 bytes at a time: classify every byte with vector compares, then visit only the starts of
+  // identifiers, comments and strings. A comment or string moves on past it and classifies afresh.
+  while (i + 64 <= e) {
+    std::uint64_t special;
+    const std::uint64_t ident = classify64(s.data() + i, special);
+    const std::uint64_t carry = i > b && kClass.ident[static_cast<unsigned char>(s[i - 1])] ? 1 : 0;
+    std::uint64_t events = (ident & ~((ident << 1) | carry)) | special;
+    std::size_t next = i + 64;
+    while (events) {
+      const unsigned k = static_cast<unsigned>(__builtin_ctzll(events));
+      const std::size_t pos = i + k;
+      if (special >> k & 1) {
+        if (skip_special(s, pos, e, next)) return true;
+        break;
+      }
+      const std::uint64_t after = ~ident >> k;  // zero bits: identifier bytes (and past the block)
+      std::size_t we;
+      if (after != 0 && k + static_cast<unsigned>(__builtin_ctzll(after)) < 64) {
+        we = pos + static_cast<std::size_t>(__builtin_ctzll(after));
+      } else {
+        we = i + 64;
+        while (we < e && kClass.ident[static_cast<unsigned char>(s[we])]) ++we;
+      }
+      if (!(s[pos] >= '0' && s[pos] <= '9') && worth_a_look(w, s, pos, we, e)) {  // (a number is no name)
+        std::size_t after_word;
+        if (identifier_triggers(s, pos, we, e, after_word)) return true;
+        if (after_word != we) {
+          next = after_word;
+          break;
+        }
+      }
+      if (we >= i + 64) {
+        next = we;
+        break;
+      }
+      events &= ~((std::uint64_t{1} << (we - i)) - 1);
+    }
+    i = next;
+  }
+#endif
   while (i < e) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
     const unsigned char act = kClass.action[c];
@@ -227,63 +356,21 @@ bool scan_code(std::string_view s, std::size_t b, std::size_t e) {
       // Operators and white space; indentation comes in runs.
       ++i;
       while (i < e && s[i] == ' ') ++i;
-      continue;
-    }
-    if (act == 1) {
+    } else if (act == 1) {
       const std::size_t wb = i;
       ++i;
-      // Identifiers are most of the bytes: four at a time while there are four to look at.
-      while (i + 4 <= e && kClass.ident[static_cast<unsigned char>(s[i])] &&
-             kClass.ident[static_cast<unsigned char>(s[i + 1])] && kClass.ident[static_cast<unsigned char>(s[i + 2])] &&
-             kClass.ident[static_cast<unsigned char>(s[i + 3])])
-        i += 4;
       while (i < e && kClass.ident[static_cast<unsigned char>(s[i])]) ++i;
-      if (i < e && (s[i] == '"' || s[i] == '\'') && i - wb <= 2) {
-        // A string prefix (r, b, u, f, rb, fr, ...): the string follows.
-        bool f = false, prefix = true;
-        for (std::size_t k = wb; k < i; ++k) {
-          const char l = static_cast<char>(s[k] | 0x20);
-          f |= l == 'f';
-          prefix &= l == 'r' || l == 'b' || l == 'u' || l == 'f';
-        }
-        if (prefix) {
-          bool hit = false;
-          i = skip_string(s, i, f, hit);
-          if (hit) return true;
-          continue;
-        }
-      }
-      switch (w.find(s.data() + wb, i - wb)) {
-        case Trigger::none: break;
-        case Trigger::word: return true;
-        case Trigger::attribute:
-          if (previous(s, wb) == '.' && !on_torch_module(s, wb)) {
-            // unflatten is a finding only with a dimension name or a named shape.
-            if (i - wb != 9 || s.compare(wb, 9, "unflatten") != 0) return true;
-            const std::size_t p = skip_blank(s, i);
-            if (p >= s.size() || s[p] != '(' || call_has_string_arg(s, p)) return true;
-          }
-          break;
-        case Trigger::keyword:
-          if (i - wb == 5 && s.compare(wb, 5, "names") == 0) {
-            if (previous(s, wb) == '.' || keyword_trigger(s, wb, i, true)) return true;
-          } else if (keyword_trigger(s, wb, i, false)) {
-            return true;
-          }
-          break;
-        case Trigger::op:
-          if (op_trigger(s, wb, i)) return true;
-          break;
+      if (worth_a_look(w, s, wb, i, e)) {
+        std::size_t next;
+        if (identifier_triggers(s, wb, i, e, next)) return true;
+        i = next;
       }
     } else if (act == 2) {
       while (i < e && (kClass.ident[static_cast<unsigned char>(s[i])] || s[i] == '.')) ++i;
-    } else if (act == 3) {
-      const void* nl = std::memchr(s.data() + i, '\n', e - i);
-      i = nl ? static_cast<std::size_t>(static_cast<const char*>(nl) - s.data()) : e;
     } else {
-      bool hit = false;
-      i = skip_string(s, i, false, hit);
-      if (hit) return true;
+      std::size_t next;
+      if (skip_special(s, i, e, next)) return true;
+      i = next;
     }
   }
   return false;
