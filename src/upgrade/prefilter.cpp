@@ -166,15 +166,28 @@ bool keyword_trigger(std::string_view s, std::size_t word_begin, std::size_t p, 
 
 std::size_t skip_string(std::string_view s, std::size_t p, bool fstring, bool& hit);
 bool call_has_string_arg(std::string_view s, std::size_t p);
+bool scan_code(std::string_view s, std::size_t b, std::size_t e);
 
 // An op called with a quote inside its parentheses, imported under another name, or named at the
 // end of a statement (`s = torch.sum`).
 bool op_trigger(std::string_view s, std::size_t word_begin, std::size_t p) {
   p = skip_blank(s, p);
   if (p >= s.size() || s[p] == '\n' || s[p] == '\r' || s[p] == ';' || s[p] == '#') {
+    // `s = torch.sum` binds s to the torch function (Checker::collect_bindings); the chain must
+    // start at torch, or at a name `import torch as NAME` may have bound.
     std::size_t k = word_begin;
-    while (k > 0 && (s[k - 1] == ' ' || s[k - 1] == '\t' || s[k - 1] == '\n' || s[k - 1] == '\r' || s[k - 1] == '\\')) --k;
-    return k > 0 && s[k - 1] == '.';
+    if (previous(s, k) != '.') return false;
+    while (true) {
+      while (k > 0 && s[k - 1] != '.') --k;  // back over blanks to the dot
+      if (k == 0) return false;
+      --k;
+      while (k > 0 && (s[k - 1] == ' ' || s[k - 1] == '\t' || s[k - 1] == '\\' || s[k - 1] == '\n' || s[k - 1] == '\r')) --k;
+      const std::size_t end = k;
+      while (k > 0 && kClass.ident[static_cast<unsigned char>(s[k - 1])]) --k;
+      if (k == end) return false;  // a call or subscript before the dot: no alias (read_dotted)
+      if (previous(s, k) == '.') continue;
+      return (end - k == 5 && s.compare(k, 5, "torch") == 0) || s.find("import torch as") != std::string_view::npos;
+    }
   }
   if (s[p] == 'a' && p + 2 < s.size() && s[p + 1] == 's' && (s[p + 2] == ' ' || s[p + 2] == '\t' || s[p + 2] == '\\'))
     return true;  // `import ... sum as s`
@@ -376,6 +389,30 @@ bool scan_code(std::string_view s, std::size_t b, std::size_t e) {
   return false;
 }
 
+// The replacement fields of an f-string body [b, e) are code; the text around them is not (an
+// apostrophe in f"don't {x}" opens no string).
+bool scan_fields(std::string_view s, std::size_t b, std::size_t e) {
+  for (std::size_t i = b; i < e; ++i) {
+    if (s[i] != '{') continue;
+    if (i + 1 < e && s[i + 1] == '{') {
+      ++i;
+      continue;
+    }
+    // The field runs to the matching '}' (nested brackets and braces counted).
+    int depth = 0;
+    std::size_t j = i + 1;
+    for (; j < e; ++j) {
+      const char c = s[j];
+      if (c == '{' || c == '(' || c == '[') ++depth;
+      else if ((c == ')' || c == ']') && depth > 0) --depth;
+      else if (c == '}' && depth-- == 0) break;
+    }
+    if (scan_code(s, i + 1, j)) return true;
+    i = j;
+  }
+  return false;
+}
+
 std::size_t skip_string(std::string_view s, std::size_t p, bool fstring, bool& hit) {
   const std::size_t n = s.size();
   const char q = s[p];
@@ -416,7 +453,7 @@ std::size_t skip_string(std::string_view s, std::size_t p, bool fstring, bool& h
     hit = true;  // unterminated: let the tokenizer report it
     return n;
   }
-  if (fstring && scan_code(s, body, body_end)) hit = true;
+  if (fstring && scan_fields(s, body, body_end)) hit = true;
   return end;
 }
 

@@ -326,6 +326,8 @@ TEST(UpgradePrefilter, NeverRulesOutAFileWithAFinding) {
       "import torch\nt = torch.ones(2)\nt.sum(dim=\n  ('C', 'H'))\n",
       "from torch import sum as s\ns(t, 'C')\n",
       "import torch\ns = torch.sum\ns(t, 'C')\n",
+      "import torch as T\ns = T.sum\ns(t, 'C')\n",
+      "import torch\nt = torch.ones(2)\nprint(f\"don't {t.sum('C')}\")\n",
       "import torch\nlayer = torch.nn.Unflatten('C', (('A', 2), ('B', 3)))\n",
       "import torch\nt = torch.ones(2)\nprint(f\"{t.names}\")\n",
       "import torch\nz = torch.zeros(2, names=None)\n",
@@ -345,7 +347,9 @@ TEST(UpgradePrefilter, NeverRulesOutAFileWithAFinding) {
                                 "# t.names and dist.all_gather_into_tensor\n\"\"\"t.sum('C')\"\"\"\nx = 1\n",
                                 "s = 'names'\nb = b\"rename\"\n", "def f(dim=0):\n    return dim == 'C'\n",
                                 // torch.unflatten is the module's function; unflatten with plain sizes stays.
-                                "import torch\nops = [torch.unflatten, torch.rename]\nt.unflatten(1, (2, 2))\n"}) {
+                                "import torch\nops = [torch.unflatten, torch.rename]\nt.unflatten(1, (2, 2))\n",
+                                // An apostrophe in an f-string's text opens no string; .max is no alias of torch.
+                                "import torch\nmsg = f\"can't {x}\"\nhigh = torch.finfo(t).max\nm = stats.mean\n"}) {
     EXPECT_FALSE(may_have_python_findings(src)) << src;
     EXPECT_TRUE(check_python_source(src, {}).empty()) << src;
   }
