@@ -232,12 +232,18 @@ TEST(FaultTolerance, AbsentRankTimesOutNamingItAndTraceNamesIt) {
     if (d.rank == 1) continue;
     ASSERT_FALSE(d.entries.empty()) << d.source;
     const TraceEntry& e = d.entries.back();
-    EXPECT_EQ(d.reason, "timeout") << d.source;
+    // A survivor whose deadline comes a little later sees the other give up first (its connections
+    // close): then its own call ends as a peer failure.
+    EXPECT_TRUE(d.reason == "timeout" || d.reason == "peer_failure") << d.source << ": " << d.reason;
     EXPECT_EQ(e.seq, 1) << d.source;
     EXPECT_EQ(e.state, "failed") << d.source;
     EXPECT_GE(e.t_end, e.t_start) << d.source;
     EXPECT_GT(e.t_end, 0.0) << d.source;
-    EXPECT_NE(e.error.find("timed out after 1000 ms"), std::string::npos) << d.source << ": " << e.error;
+    const std::string cause = d.reason == "timeout" ? "timed out after 1000 ms" : "a connection failed";
+    EXPECT_NE(e.error.find("all_reduce (seq 1, generation 0, rank " + std::to_string(d.rank) + " of 3): " + cause),
+              std::string::npos)
+        << d.source << ": " << e.error;
+    EXPECT_NE(e.error.find("the roll call within"), std::string::npos) << d.source << ": " << e.error;
   }
 }
 
