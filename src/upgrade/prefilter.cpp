@@ -241,7 +241,8 @@ std::size_t skip_string(std::string_view s, std::size_t p, bool fstring, bool& h
 // Searches [b, e) as code. Returns true at the first trigger.
 // The identifier [wb, we) of the code region ending at e: true when it is a trigger. A string
 // prefix (r, b, u, f, rb, fr, ...) followed by its literal moves `next` past the literal.
-bool identifier_triggers(std::string_view s, std::size_t wb, std::size_t we, std::size_t e, std::size_t& next) {
+bool identifier_triggers(const Words& w, std::string_view s, std::size_t wb, std::size_t we, std::size_t e,
+                         std::size_t& next) {
   next = we;
   if (we < e && (s[we] == '"' || s[we] == '\'') && we - wb <= 2) {
     bool f = false, prefix = true;
@@ -256,7 +257,7 @@ bool identifier_triggers(std::string_view s, std::size_t wb, std::size_t we, std
       return hit;
     }
   }
-  switch (words().find(s.data() + wb, we - wb)) {
+  switch (w.find(s.data() + wb, we - wb)) {
     case Trigger::none: return false;
     case Trigger::word: return true;
     case Trigger::attribute:
@@ -347,7 +348,7 @@ bool scan_code(std::string_view s, std::size_t b, std::size_t e) {
       }
       if (!(s[pos] >= '0' && s[pos] <= '9') && worth_a_look(w, s, pos, we, e)) {  // (a number is no name)
         std::size_t after_word;
-        if (identifier_triggers(s, pos, we, e, after_word)) return true;
+        if (identifier_triggers(w, s, pos, we, e, after_word)) return true;
         if (after_word != we) {
           next = after_word;
           break;
@@ -375,7 +376,7 @@ bool scan_code(std::string_view s, std::size_t b, std::size_t e) {
       while (i < e && kClass.ident[static_cast<unsigned char>(s[i])]) ++i;
       if (worth_a_look(w, s, wb, i, e)) {
         std::size_t next;
-        if (identifier_triggers(s, wb, i, e, next)) return true;
+        if (identifier_triggers(w, s, wb, i, e, next)) return true;
         i = next;
       }
     } else if (act == 2) {
@@ -420,8 +421,26 @@ std::size_t skip_string(std::string_view s, std::size_t p, bool fstring, bool& h
   const std::size_t body = p + (triple ? 3 : 1);
   std::size_t end = n, body_end = n;
   if (!triple) {
-    // Short: byte by byte, with escapes (a backslash-newline continues the literal).
-    for (std::size_t i = body; i < n; ++i) {
+    // Short: to the first quote, backslash or line end, 16 bytes at a time where there are 16;
+    // a backslash escapes the next byte (a backslash-newline continues the literal).
+    std::size_t i = body;
+#if defined(__SSE2__)
+    const __m128i vq = _mm_set1_epi8(q), vb = _mm_set1_epi8('\\'), vn = _mm_set1_epi8('\n'), vr = _mm_set1_epi8('\r');
+    while (i + 16 <= n) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s.data() + i));
+      const __m128i hit16 = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, vq), _mm_cmpeq_epi8(v, vb)),
+                                         _mm_or_si128(_mm_cmpeq_epi8(v, vn), _mm_cmpeq_epi8(v, vr)));
+      const unsigned m = static_cast<unsigned>(_mm_movemask_epi8(hit16));
+      if (m == 0) {
+        i += 16;
+        continue;
+      }
+      i += static_cast<std::size_t>(__builtin_ctz(m));
+      if (s[i] != '\\') break;  // a quote or a line end: the byte loop below decides
+      i += 2;
+    }
+#endif
+    for (; i < n; ++i) {
       const char c = s[i];
       if (c == '\\') {
         ++i;
