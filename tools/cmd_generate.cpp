@@ -1,5 +1,8 @@
-// lmcore generate — sample text from a checkpoint with a KV cache.
+// lmcore generate — sample text from a checkpoint with a KV cache; prompts and samples go through the
+// checkpoint's tokenizer.json when it has one, else the built-in byte-level vocabulary.
+#include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
@@ -7,6 +10,7 @@
 
 #include "lmcore/model/checkpoint.h"
 #include "lmcore/model/generate.h"
+#include "lmcore/text/tokenizer.h"
 #include "lmcore/train/checkpoint.h"
 #include "tools/command.h"
 
@@ -47,9 +51,16 @@ int run_generate(int argc, char** argv) {
   try {
     const std::string dir = train::resolve_checkpoint(checkpoint);
     const model::LoadedModel m = model::load_model_folder(dir);
-    const bool has_tokenizer = std::filesystem::is_regular_file(std::filesystem::path(dir) / "tokenizer.json");
-    LMCORE_CHECK(!has_tokenizer, "{}: tokenizer.json checkpoints need the tokenizer part, which this build lacks", dir);
-    const bool bytes = m.config.vocab_size == 257 && m.config.eos_token_id == 256;
+    // The checkpoint's tokenizer.json (a run on BPE shards); else the built-in byte-level vocabulary.
+    std::optional<text::Tokenizer> tok;
+    const std::filesystem::path tj = std::filesystem::path(dir) / "tokenizer.json";
+    if (std::filesystem::is_regular_file(tj)) {
+      tok = text::Tokenizer::from_file(tj.string());
+      LMCORE_CHECK(tok->vocab_size() <= m.config.vocab_size,
+                   "{}: the tokenizer has {} ids but the model's vocab_size is {}: they do not belong together",
+                   tj.string(), tok->vocab_size(), m.config.vocab_size);
+    }
+    const bool bytes = !tok && m.config.vocab_size == 257 && m.config.eos_token_id == 256;
     std::vector<std::int32_t> ids;
     if (!prompt_ids.empty()) {
       std::istringstream in(prompt_ids);
@@ -57,17 +68,37 @@ int run_generate(int argc, char** argv) {
       while (in >> v) ids.push_back(static_cast<std::int32_t>(v));
       LMCORE_CHECK(in.eof(), "--prompt-ids: expected integers separated by spaces, found '{}'", prompt_ids);
     } else {
-      LMCORE_CHECK(bytes, "{}: no tokenizer.json and not a byte-level model; give --prompt-ids", dir);
+      LMCORE_CHECK(tok || bytes, "{}: no tokenizer.json and not a byte-level model; give --prompt-ids", dir);
+      // Training documents start after the end-of-text token (llm.c's layout): so does the prompt.
       if (m.config.eos_token_id >= 0) ids.push_back(static_cast<std::int32_t>(m.config.eos_token_id));
-      const auto p = ByteCodec{}.encode(prompt);
-      ids.insert(ids.end(), p.begin(), p.end());
+      if (tok) {
+        for (std::uint32_t t : tok->encode(prompt)) ids.push_back(static_cast<std::int32_t>(t));
+      } else {
+        const auto p = ByteCodec{}.encode(prompt);
+        ids.insert(ids.end(), p.begin(), p.end());
+      }
     }
+    LMCORE_CHECK(!ids.empty(), "nothing to continue: give --prompt or --prompt-ids");
     model::Generator g(m.config, m.params);
     fmt::print("{}", prompt);
     std::fflush(stdout);
     g.generate(ids, o, [&](std::int32_t t) {
-      if (bytes) fmt::print("{}", ByteCodec{}.decode(t));
-      else fmt::print("{} ", t);
+      if (tok) {
+        // The token's exact bytes (a character split over two tokens arrives whole once both are out);
+        // ids past the tokenizer's (the model may have more rows) and special tokens print nothing.
+        const auto id = static_cast<std::uint32_t>(t);
+        const bool special = id == static_cast<std::uint32_t>(m.config.eos_token_id) ||
+                             std::any_of(tok->added_tokens().begin(), tok->added_tokens().end(),
+                                         [&](const text::AddedToken& a) { return a.special && a.id == id; });
+        if (!special) {
+          const std::string_view b = tok->token_bytes(id);
+          std::fwrite(b.data(), 1, b.size(), stdout);
+        }
+      } else if (bytes) {
+        fmt::print("{}", ByteCodec{}.decode(t));
+      } else {
+        fmt::print("{} ", t);
+      }
       std::fflush(stdout);
     });
     fmt::print("\n");

@@ -40,7 +40,7 @@ struct TrainCase {
 
 std::vector<TrainCase> cases() {
   model::ModelConfig d;
-  d.vocab_size = 257;
+  d.vocab_size = 4096;  // the built-in default: BPE on the Python standard library (builtin_corpus.h)
   d.dim = 384;
   d.n_layers = 6;
   d.n_heads = 6;

@@ -484,3 +484,37 @@ def test_cli_train_tokenize_encode_decode(corpus, tmp_path):
     usage = run_cli("tokenizer", "train", "--out", tj, check=False)
     assert usage.returncode == 2
     assert run_cli("tokenizer", "--help").returncode == 0
+
+
+def test_tokenize_feeds_train_and_generate_decodes(corpus, tmp_path):
+    """lmcore tokenizer train -> lmcore tokenize -> lmcore train (a few steps of a tiny model) ->
+    lmcore generate, which reads the tokenizer.json the checkpoint carries."""
+    import subprocess
+    from io_helpers import CLI
+    files = []
+    for i, (_, data) in enumerate(corpus[:8]):
+        files.append(str(tmp_path / f"doc{i}.txt"))
+        pathlib.Path(files[-1]).write_bytes(data)
+    tj = tmp_path / "tok.json"
+    assert run_cli("tokenizer", "train", "--vocab-size", "700", "--out", tj, "--quiet", *files).returncode == 0
+    tok = lmcore.Tokenizer.from_file(str(tj))
+    data = tmp_path / "data"
+    assert run_cli("tokenize", "--tokenizer", tj, "--out-dir", data, "--quiet", *files).returncode == 0
+    config = {"vocab_size": 704, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,
+              "eos_token_id": tok.end_of_text_id, "bos_token_id": tok.end_of_text_id}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    run = tmp_path / "run"
+    r = run_cli("train", "--data", data / "train_*.bin", "--config", tmp_path / "config.json", "--max-steps", "4",
+                "--batch-size", "2", "--seq-len", "32", "--out", run, "--quiet", check=False)
+    assert r.returncode == 0, r.stderr
+    ckpts = [p for p in run.rglob("tokenizer.json")]
+    assert ckpts and ckpts[0].read_text() == (data / "tokenizer.json").read_text()
+    g = subprocess.run([str(CLI), "generate", "--checkpoint", str(run), "--prompt", "def main", "--max-tokens", "20",
+                        "--temperature", "0"], capture_output=True, check=True)
+    assert g.stdout.startswith(b"def main")
+    ids = " ".join(str(i) for i in [tok.end_of_text_id] + tok.encode("def main"))
+    h = subprocess.run([str(CLI), "generate", "--checkpoint", str(run), "--prompt-ids", ids, "--max-tokens", "20",
+                        "--temperature", "0"], capture_output=True, check=True)
+    assert g.stdout == b"def main" + h.stdout  # the same ids, decoded the same way
+    assert h.stdout != b"\n" and not h.stdout.strip().replace(b" ", b"").isdigit()  # text, not ids

@@ -9,9 +9,10 @@ import pytest
 import lmcore
 from io_helpers import run_cli
 
-TINY = {"vocab_size": 257, "hidden_size": 48, "intermediate_size": 96, "num_hidden_layers": 2,
+# The runs train on the built-in corpus: BPE with 4096 tokens, <|endoftext|> = 4095 (builtin_corpus.h).
+TINY = {"vocab_size": 4096, "hidden_size": 48, "intermediate_size": 96, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,
-        "tie_word_embeddings": False, "eos_token_id": 256}
+        "tie_word_embeddings": False, "eos_token_id": 4095}
 STEPS = 6
 
 

@@ -10,8 +10,9 @@
 // the others always), then the text between them is cut by the pre-tokenizer's regex split (see
 // pretokenizer.h), and each piece's bytes start as one token per byte and are merged pair by pair, the
 // pair with the lowest merge rank first (the leftmost among equal ranks) until no pair has a rank.
-// Every piece of bytes can be encoded, so encode never fails and decode(encode(x)) == x for any bytes
-// x (invalid UTF-8 included; see decode_bytes) with allow_special off.
+// Every piece of bytes can be encoded, so encode never fails, and decode_bytes(encode(x)) == x for any
+// bytes x (invalid UTF-8 included) with allow_special off, unless an added token strips white space
+// (lstrip/rstrip) or the ByteLevel step adds a prefix space (both drop or add bytes, as in Hugging Face).
 //
 // Guarantees: a Tokenizer is immutable and thread-safe; encode and encode_batch give the same ids for any
 // thread count (long texts are cut only where the split is provably unchanged; EncodeOptions).

@@ -2,9 +2,11 @@
 // library's sources, which every machine with lmcore's dependencies has (python3), as token shards.
 //
 // Every *.py file under the newest /usr/lib/python3.N is one document (sorted by path); about 1% of them,
-// chosen by a hash of the path, form the validation split. Tokens are bytes (ids 0..255) with the
-// end-of-text token 256 before each document, as llm.c separates documents. The shards are cached under
-// cache_dir, keyed by the list of files (path, size, mtime), so a second run starts at once.
+// chosen by a hash of the path, form the validation split. Tokens come from a byte-level BPE tokenizer
+// (GPT-2's split, 4096 tokens, <|endoftext|> last) trained on the training documents, with the
+// end-of-text token before each document, as llm.c separates documents. The tokenizer.json and the shards
+// are cached under cache_dir, keyed by the list of files (path, size, mtime), so a second run starts at
+// once; the trainer stores the tokenizer.json in its checkpoints, where `lmcore generate` reads it.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +16,7 @@ namespace lmcore::train {
 
 struct PreparedData {
   std::string train_glob, val_glob;
-  std::string tokenizer_file;  // empty: byte-level
+  std::string tokenizer_file;  // tokenizer.json of the shards (empty: byte-level ids)
   std::int64_t vocab_size = 0;
   std::int64_t eos_token = -1;
   std::int64_t train_tokens = 0, val_tokens = 0;
