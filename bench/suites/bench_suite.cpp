@@ -1,8 +1,12 @@
 #include "bench/suites/bench_suite.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
 
 #include <fmt/format.h>
+
+#include "lmcore/core/error.h"
 
 namespace lmcore::bench {
 
@@ -79,6 +83,45 @@ nlohmann::json tables_to_json(const std::vector<BenchTable>& tables) {
     arr.push_back({{"title", t.title}, {"columns", t.columns}, {"rows", rows}, {"notes", t.notes}});
   }
   return arr;
+}
+
+double time_best(const std::function<void()>& fn, double budget_seconds) {
+  using clock = std::chrono::steady_clock;
+  const auto seconds_since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
+  fn();  // warm-up: primitive creation, page faults, thread pool start
+  auto t0 = clock::now();
+  fn();
+  const double once = std::max(seconds_since(t0), 1e-7);
+  const int inner = std::max(1, static_cast<int>(0.02 / once));
+  double best = once;
+  const auto start = clock::now();
+  for (int samples = 0; samples < 3 || (seconds_since(start) < budget_seconds && samples < 200); ++samples) {
+    t0 = clock::now();
+    for (int i = 0; i < inner; ++i) fn();
+    best = std::min(best, seconds_since(t0) / inner);
+  }
+  return best;
+}
+
+nlohmann::json run_python_peer(const std::string& script, const std::string& args) {
+  const std::string cmd = fmt::format("/usr/bin/python3 {}/bench/{} {} 2>&1", LMCORE_SOURCE_DIR, script, args);
+  FILE* f = ::popen(cmd.c_str(), "r");
+  LMCORE_CHECK(f != nullptr, "bench: could not start '{}'", cmd);
+  std::string out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, f)) out += buf;
+  const int rc = ::pclose(f);
+  const auto brace = out.rfind('{');
+  nlohmann::json j = brace == std::string::npos ? nlohmann::json() : nlohmann::json::parse(out.substr(brace), nullptr, false);
+  LMCORE_CHECK(rc == 0 && j.is_object(), "bench: '{}' failed (exit status {}): {}", cmd, rc, out.substr(0, 600));
+  return j;
+}
+
+double load_average_1min() {
+  std::ifstream in("/proc/loadavg");
+  double load = -1;
+  in >> load;
+  return load;
 }
 
 }  // namespace lmcore::bench

@@ -41,4 +41,15 @@ nlohmann::json tables_to_json(const std::vector<BenchTable>& tables);
 // `max_seconds` have been spent (still at least one timed run).
 double time_median(const std::function<void()>& fn, int repeats, double max_seconds = 10.0);
 
+// Best seconds per call of `fn`: samples of back-to-back calls (each ~20 ms), for `budget_seconds`
+// (at least 3 samples) after one warm-up call; the least disturbed sample on a shared machine.
+double time_best(const std::function<void()>& fn, double budget_seconds);
+
+// Runs `/usr/bin/python3 <LMCORE_SOURCE_DIR>/bench/<script> <args>` and parses the last JSON object it
+// prints; throws lmcore::Error with the first lines of its output when it fails.
+nlohmann::json run_python_peer(const std::string& script, const std::string& args);
+
+// The 1-minute load average (/proc/loadavg), for notes: figures from a shared machine need it.
+double load_average_1min();
+
 }  // namespace lmcore::bench

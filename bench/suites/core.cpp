@@ -13,6 +13,9 @@
 
 namespace lmcore::bench {
 
+// bench/suites/core_gemm_lowp.cpp
+std::vector<BenchTable> run_core_gemm_lowp(const BenchOptions& options);
+
 std::vector<BenchTable> run_core_suite(const BenchOptions& options) {
   BenchTable gemm{"core: sgemm (OpenBLAS)", {"M", "N", "K", "ms", "GFLOPS"}, {}, {}};
   const std::vector<std::int64_t> sizes = options.quick ? std::vector<std::int64_t>{512}
@@ -82,7 +85,10 @@ std::vector<BenchTable> run_core_suite(const BenchOptions& options) {
                         bytes / s / 1e9});
   }
   emb.notes.push_back("the output [V, D] is written in full (zero rows included), as torch's dense gradient");
-  return {gemm, cast, red, srt, emb};
+  std::vector<BenchTable> tables{gemm};
+  for (BenchTable& t : run_core_gemm_lowp(options)) tables.push_back(std::move(t));
+  for (BenchTable* t : {&cast, &red, &srt, &emb}) tables.push_back(std::move(*t));
+  return tables;
 }
 
 }  // namespace lmcore::bench
