@@ -104,6 +104,12 @@ int run_train(int argc, char** argv) {
     LMCORE_CHECK(o.fsdp || (o.prefetch == 1 && !o.separate_rs_group && reshard == "true" && param_dtype.empty() &&
                             reduce_dtype == "f32"),
                  "--reshard-after-forward, --prefetch, --separate-rs-group, --param-dtype and --reduce-dtype need --fsdp");
+    LMCORE_CHECK(!o.elastic || o.fsdp, "--elastic needs --fsdp");
+    LMCORE_CHECK(o.elastic || (o.min_ranks == 1 && o.memory_checkpoint_every == 0),
+                 "--min-ranks and --memory-checkpoint-every need --elastic");
+    LMCORE_CHECK(o.min_ranks >= 1 && o.memory_checkpoint_every >= 0,
+                 "--min-ranks must be >= 1 and --memory-checkpoint-every >= 0, found {} and {}", o.min_ranks,
+                 o.memory_checkpoint_every);
   } catch (const Error& e) {
     fmt::print(stderr, "lmcore train: {}\n", e.what());
     return 2;
