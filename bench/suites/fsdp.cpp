@@ -57,7 +57,8 @@ RunFigures read_run(const std::string& out_dir, std::int64_t skip) {
     return f;
   }
   f.step_s = median(step);
-  f.tokens_per_s = median(tps);
+  // tokens/s of the median step (the median of per-step rates would be another step's when the count is even).
+  f.tokens_per_s = tps.front() * step.front() / f.step_s;
   f.wait_s = median(wait);
   return f;
 }
@@ -84,7 +85,7 @@ std::vector<BenchTable> run_fsdp_suite(const BenchOptions& options) {
   std::vector<std::string> nets = options.quick ? std::vector<std::string>{"loopback"}
                                                 : std::vector<std::string>{"loopback", "shaped"};
   std::string rate = "1gbit";
-  std::int64_t steps = options.quick ? 4 : 8;
+  std::int64_t steps = options.quick ? 4 : 14;
   for (const std::string& a : options.args) {
     if (a.rfind("--ranks=", 0) == 0) {
       rank_counts.clear();
