@@ -130,10 +130,21 @@ std::size_t skip_blank(std::string_view s, std::size_t p) {
 }
 
 // The byte before offset b, skipping white space and line continuations (0 at the start).
+// When the way back crosses a line that holds a '#', the byte before may be hidden behind a comment
+// (`f(a,  # note` / `dim='C')`): previous() then answers kUnknown, which callers take as a match.
+constexpr char kUnknown = '\x01';
 char previous(std::string_view s, std::size_t b) {
   while (b > 0 && (s[b - 1] == ' ' || s[b - 1] == '\t' || s[b - 1] == '\f' || s[b - 1] == '\n' || s[b - 1] == '\r' ||
-                   s[b - 1] == '\\'))
+                   s[b - 1] == '\\')) {
+    if (s[b - 1] == '\n') {
+      std::size_t k = b - 1;
+      while (k > 0 && s[k - 1] != '\n') {
+        if (s[k - 1] == '#') return kUnknown;
+        --k;
+      }
+    }
     --b;
+  }
   return b > 0 ? s[b - 1] : '\0';
 }
 
@@ -154,12 +165,22 @@ bool string_like_value(std::string_view s, std::size_t p, int brackets = 2) {
   return false;
 }
 
+// Skips white space, line ends and continuations from p (inside brackets a line end is white
+// space). Returns the offset of the next byte, or npos when a comment comes first (its line may hide
+// anything: callers take that as a match).
+std::size_t skip_space_lines(std::string_view s, std::size_t p) {
+  while (p < s.size() && (s[p] == ' ' || s[p] == '\t' || s[p] == '\f' || s[p] == '\n' || s[p] == '\r' || s[p] == '\\'))
+    ++p;
+  return p < s.size() && s[p] == '#' ? std::string_view::npos : p;
+}
+
 // `kw = <value>` as a call's keyword argument (after `(` or `,`), the value string-like unless
 // `any_value` (names=None is a finding too).
 bool keyword_trigger(std::string_view s, std::size_t word_begin, std::size_t p, bool any_value) {
   const char before = previous(s, word_begin);
-  if (before != '(' && before != ',') return false;
-  p = skip_blank(s, p);
+  if (before != '(' && before != ',' && before != kUnknown) return false;
+  p = skip_space_lines(s, p);  // `dim\n= 'C'` inside the call's parentheses
+  if (p == std::string_view::npos) return true;
   if (p >= s.size() || s[p] != '=' || (p + 1 < s.size() && s[p + 1] == '=')) return false;
   return any_value || string_like_value(s, p + 1);
 }
@@ -175,19 +196,31 @@ bool op_trigger(std::string_view s, std::size_t word_begin, std::size_t p) {
   if (p >= s.size() || s[p] == '\n' || s[p] == '\r' || s[p] == ';' || s[p] == '#') {
     // `s = torch.sum` binds s to the torch function (Checker::collect_bindings); the chain must
     // start at torch, or at a name `import torch as NAME` may have bound.
-    std::size_t k = word_begin;
-    if (previous(s, k) != '.') return false;
-    while (true) {
-      while (k > 0 && s[k - 1] != '.') --k;  // back over blanks to the dot
-      if (k == 0) return false;
-      --k;
-      while (k > 0 && (s[k - 1] == ' ' || s[k - 1] == '\t' || s[k - 1] == '\\' || s[k - 1] == '\n' || s[k - 1] == '\r')) --k;
-      const std::size_t end = k;
-      while (k > 0 && kClass.ident[static_cast<unsigned char>(s[k - 1])]) --k;
-      if (k == end) return false;  // a call or subscript before the dot: no alias (read_dotted)
-      if (previous(s, k) == '.') continue;
-      return (end - k == 5 && s.compare(k, 5, "torch") == 0) || s.find("import torch as") != std::string_view::npos;
-    }
+    const auto alias = [&] {
+      std::size_t k = word_begin;
+      const char before = previous(s, k);
+      if (before == kUnknown) return true;
+      if (before != '.') return false;
+      while (true) {
+        while (k > 0 && s[k - 1] != '.') --k;  // back over blanks to the dot
+        if (k == 0) return false;
+        --k;
+        while (k > 0 && (s[k - 1] == ' ' || s[k - 1] == '\t' || s[k - 1] == '\\' || s[k - 1] == '\n' || s[k - 1] == '\r'))
+          --k;
+        const std::size_t end = k;
+        while (k > 0 && kClass.ident[static_cast<unsigned char>(s[k - 1])]) --k;
+        if (k == end) return false;  // a call or subscript before the dot: no alias (read_dotted)
+        const char head_before = previous(s, k);
+        if (head_before == kUnknown) return true;
+        if (head_before == '.') continue;
+        return (end - k == 5 && s.compare(k, 5, "torch") == 0) || s.find("import torch as") != std::string_view::npos;
+      }
+    };
+    if (alias()) return true;
+    // Inside brackets the call may follow on a later line: `(t.sum\n ('C'))`.
+    p = skip_space_lines(s, p);
+    if (p == std::string_view::npos) return true;
+    return p < s.size() && s[p] == '(' && call_has_string_arg(s, p);
   }
   if (s[p] == 'a' && p + 2 < s.size() && s[p + 1] == 's' && (s[p + 2] == ' ' || s[p + 2] == '\t' || s[p + 2] == '\\'))
     return true;  // `import ... sum as s`
@@ -231,7 +264,8 @@ bool on_torch_module(std::string_view s, std::size_t wb) {
   while (k > 0 && (s[k - 1] == ' ' || s[k - 1] == '\t' || s[k - 1] == '\\' || s[k - 1] == '\n' || s[k - 1] == '\r')) --k;
   const std::size_t end = k;
   while (k > 0 && kClass.ident[static_cast<unsigned char>(s[k - 1])]) --k;
-  return end - k == 5 && s.compare(k, 5, "torch") == 0 && previous(s, k) != '.';
+  const char before = previous(s, k);
+  return end - k == 5 && s.compare(k, 5, "torch") == 0 && before != '.' && before != kUnknown;
 }
 
 // Skips a string literal whose opening quote is at p; returns the offset after its closing quote
@@ -260,18 +294,23 @@ bool identifier_triggers(const Words& w, std::string_view s, std::size_t wb, std
   switch (w.find(s.data() + wb, we - wb)) {
     case Trigger::none: return false;
     case Trigger::word: return true;
-    case Trigger::attribute:
-      if (previous(s, wb) == '.' && !on_torch_module(s, wb)) {
+    case Trigger::attribute: {
+      const char before = previous(s, wb);
+      if ((before == '.' || before == kUnknown) && !on_torch_module(s, wb)) {
         // unflatten is a finding only with a dimension name or a named shape.
         if (we - wb != 9 || s.compare(wb, 9, "unflatten") != 0) return true;
         const std::size_t p = skip_blank(s, we);
         if (p >= s.size() || s[p] != '(' || call_has_string_arg(s, p)) return true;
       }
       return false;
-    case Trigger::keyword:
-      if (we - wb == 5 && s.compare(wb, 5, "names") == 0)
-        return previous(s, wb) == '.' || keyword_trigger(s, wb, we, true);
+    }
+    case Trigger::keyword: {
+      if (we - wb == 5 && s.compare(wb, 5, "names") == 0) {
+        const char before = previous(s, wb);
+        return before == '.' || before == kUnknown || keyword_trigger(s, wb, we, true);
+      }
       return keyword_trigger(s, wb, we, false);
+    }
     case Trigger::op: return op_trigger(s, wb, we);
   }
   return false;
@@ -478,6 +517,15 @@ std::size_t skip_string(std::string_view s, std::size_t p, bool fstring, bool& h
 
 }  // namespace
 
-bool may_have_python_findings(std::string_view s) { return scan_code(s, 0, s.size()); }
+bool may_have_python_findings(std::string_view s) {
+  // Comments are skipped to the next '\n': a file with lone '\r' line ends (old Mac) is left to the
+  // tokenizer.
+  for (const char* p = static_cast<const char*>(std::memchr(s.data(), '\r', s.size())); p;) {
+    const std::size_t k = static_cast<std::size_t>(p - s.data());
+    if (k + 1 >= s.size() || s[k + 1] != '\n') return true;
+    p = static_cast<const char*>(std::memchr(p + 1, '\r', s.size() - k - 1));
+  }
+  return scan_code(s, 0, s.size());
+}
 
 }  // namespace lmcore::upgrade

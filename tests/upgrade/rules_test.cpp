@@ -327,6 +327,14 @@ TEST(UpgradePrefilter, NeverRulesOutAFileWithAFinding) {
       "from torch import sum as s\ns(t, 'C')\n",
       "import torch\ns = torch.sum\ns(t, 'C')\n",
       "import torch as T\ns = T.sum\ns(t, 'C')\n",
+      // A comment between the comma (or the dot) and the name.
+      "import torch\nt = torch.ones(2)\nt.kthvalue(2,  # k\n           dim='C')\n",
+      "import torch\nt = torch.ones(2)\nprint((t.  # the names\n       names))\n",
+      // Inside brackets a line end is white space, between a keyword and its `=` or a name and its `(`.
+      "import torch\nt = torch.ones(2)\nt.softmax(dim\n          ='C')\n",
+      "import torch\nt = torch.ones(2)\nx = (t.sum\n     ('C'))\n",
+      // Lone CR line ends: comments end there too.
+      "import torch # x\rt = torch.ones(2)\rt.names\r",
       "import torch\nt = torch.ones(2)\nprint(f\"don't {t.sum('C')}\")\n",
       "import torch\nlayer = torch.nn.Unflatten('C', (('A', 2), ('B', 3)))\n",
       "import torch\nt = torch.ones(2)\nprint(f\"{t.names}\")\n",
