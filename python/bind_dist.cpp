@@ -302,8 +302,9 @@ void bind_dist(py::module_& m) {
         py::arg("kill_grace") = 3.0,
         "Runs `command` (a list: program and arguments) as nproc local ranks with the LMCORE_* environment, as "
         "`lmcore launch` does; their lines go to this process's stdout/stderr (file descriptors 1 and 2) prefixed "
-        "with [rank R]. Returns the job's exit status (0, a failed rank's, or 128 + the signal that stopped it). "
-        "See lmcore/dist/launch.h.");
+        "with [rank R]. Returns the job's exit status (0, a failed rank's, or 128 + the signal that stopped it: "
+        "Ctrl-C while it runs stops the ranks and returns 130 instead of raising KeyboardInterrupt). Options are "
+        "checked first (lmcore.Error naming the option). See lmcore/dist/launch.h.");
 }
 
 }  // namespace lmcore::python

@@ -29,7 +29,7 @@ int ring_inflight(int chunks) { return std::min(chunks, kRingInflight); }
 
 RingAllGather::RingAllGather(CallContext& ctx, CallContext::Buffer& buf, const Segments& seg, std::size_t align,
                              std::uint32_t step, AllGatherGate* gate, OwnSegment* own)
-    : ctx_(ctx), buf_(buf), seg_(seg), align_(align), gate_(gate), own_(own), n_(ctx.size()), r_(ctx.rank()),
+    : buf_(buf), seg_(seg), align_(align), gate_(gate), own_(own), n_(ctx.size()), r_(ctx.rank()),
       right_((r_ + 1) % n_), left_((r_ + n_ - 1) % n_), slot_(ctx.slot(Slot::data, step)),
       chunks_(ring_chunks(ctx, seg.max_len())), recvs_of_step_(static_cast<std::size_t>(n_ - 1), 0) {}
 

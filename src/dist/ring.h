@@ -39,7 +39,6 @@ class RingAllGather {
   void wait_sends();
   void drain_after_mismatch();
 
-  CallContext& ctx_;
   CallContext::Buffer& buf_;
   const Segments& seg_;
   const std::size_t align_;
