@@ -398,6 +398,69 @@ Resume Elastic::recover(const dist::DistError& error, std::int64_t failed_step, 
   }
 }
 
+// ---- deciding the source ----
+
+SourceDecision decide_source(const std::vector<RankHolding>& ranks, bool after_failure, std::int64_t disk_step) {
+  const int world = static_cast<int>(ranks.size());
+  SourceDecision d;
+  d.promote.assign(static_cast<std::size_t>(world), false);
+  if (!after_failure) {
+    for (const RankHolding& h : ranks) d.source_world = std::max(d.source_world, h.prev_world);
+    d.providers.assign(static_cast<std::size_t>(d.source_world), {});
+    for (int r = 0; r < world; ++r)
+      if (ranks[r].prev_pos >= 0 && ranks[r].prev_pos < d.source_world) d.providers[ranks[r].prev_pos] = {r, false};
+    for (const Provider& p : d.providers) d.member_lost = d.member_lost || p.new_rank < 0;
+    if (!d.member_lost) return d;  // live, root 0 (members come first in the new group)
+  }
+  std::int64_t key = -1;
+  for (const RankHolding& h : ranks) key = std::max(key, h.snap_key);
+  bool memory_ok = key >= 0;
+  std::vector<bool> promote(static_cast<std::size_t>(world), false);
+  std::vector<Provider> providers;
+  int source_world = 0, root = 0;
+  if (memory_ok) {
+    std::vector<int> pos(static_cast<std::size_t>(world), -1);
+    for (int r = 0; r < world; ++r) {
+      const RankHolding& h = ranks[r];
+      if (h.snap_key == key) {
+        pos[r] = h.snap_pos;
+        source_world = h.snap_world;
+      } else if (h.pend_key == key) {
+        pos[r] = h.pend_pos;
+        source_world = h.pend_world;
+        promote[r] = true;
+      }
+    }
+    providers.assign(static_cast<std::size_t>(source_world), {});
+    for (int o = 0; o < source_world && memory_ok; ++o) {
+      for (int r = 0; r < world; ++r)
+        if (pos[r] == o) providers[o] = {r, false};
+      const int left = (o + source_world - 1) % source_world;
+      if (providers[o].new_rank < 0 && source_world > 1)
+        for (int r = 0; r < world; ++r)
+          if (pos[r] == left) providers[o] = {r, true};
+      memory_ok = providers[o].new_rank >= 0;
+    }
+    for (int r = world - 1; r >= 0; --r)
+      if (pos[r] >= 0) root = r;
+    d.memory_step = key / 65536;
+    d.memory_lost = !memory_ok;
+  }
+  if (memory_ok && d.memory_step >= disk_step) {
+    d.source = RestoreSource::memory;
+    d.source_world = source_world;
+    d.providers = providers;
+    d.promote = promote;
+    d.root = root;
+  } else {
+    d.source = disk_step >= 0 ? RestoreSource::disk : RestoreSource::initial;
+    d.source_world = 0;
+    d.providers.clear();
+    d.root = 0;
+  }
+  return d;
+}
+
 // ---- rebuilding on a new group ----
 
 namespace {
@@ -472,70 +535,32 @@ Resume Elastic::rebuild(std::unique_ptr<dist::ProcessGroup> next, bool after_fai
   }
 
   // (b) The source, decided the same way on every rank.
-  Source source = Source::live;
-  std::vector<Provider> providers;
-  int source_world = 0;
-  int root = 0;  // a rank that holds the state to continue from
-  std::int64_t memory_step = -1;
-  std::vector<bool> promote(static_cast<std::size_t>(world), false);
-  std::string disk_path;
+  std::vector<RankHolding> holding(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    RankHolding& h = holding[static_cast<std::size_t>(r)];
+    h.snap_key = info(r, kSnapKey);
+    h.snap_pos = static_cast<int>(info(r, kSnapPos));
+    h.snap_world = static_cast<int>(info(r, kSnapWorld));
+    h.pend_key = info(r, kPendKey);
+    h.pend_pos = static_cast<int>(info(r, kPendPos));
+    h.pend_world = static_cast<int>(info(r, kPendWorld));
+    h.prev_pos = static_cast<int>(info(r, kPrevPos));
+    h.prev_world = static_cast<int>(info(r, kPrevWorld));
+  }
   const std::int64_t disk_step = info(0, kDiskStep);
-  if (!after_failure) {
-    // A boundary: the members' live shards are the checkpoint just taken. A member that did not make it
-    // into the new group took its shards along: then it is a failure after all.
-    source_world = prev_world;
-    providers.assign(static_cast<std::size_t>(prev_world), {});
-    for (int r = 0; r < world; ++r)
-      if (info(r, kPrevPos) >= 0) providers[static_cast<std::size_t>(info(r, kPrevPos))] = {r, false};
-    for (const Provider& p : providers) after_failure = after_failure || p.new_rank < 0;
-    if (after_failure) event["member_lost_while_admitting"] = true;
-  }
-  if (after_failure) {
-    std::int64_t key = -1;
-    for (int r = 0; r < world; ++r) key = std::max(key, info(r, kSnapKey));
-    bool memory_ok = key >= 0;
-    if (memory_ok) {
-      // Ranks that hold snapshot `key`: committed, or pending and promotable (someone committed it).
-      std::vector<int> pos(static_cast<std::size_t>(world), -1);
-      for (int r = 0; r < world; ++r) {
-        if (info(r, kSnapKey) == key) {
-          pos[r] = static_cast<int>(info(r, kSnapPos));
-          source_world = static_cast<int>(info(r, kSnapWorld));
-        } else if (info(r, kPendKey) == key) {
-          pos[r] = static_cast<int>(info(r, kPendPos));
-          source_world = static_cast<int>(info(r, kPendWorld));
-          promote[r] = true;
-        }
-      }
-      providers.assign(static_cast<std::size_t>(source_world), {});
-      for (int o2 = 0; o2 < source_world && memory_ok; ++o2) {
-        const int left = (o2 + source_world - 1) % source_world;
-        for (int r = 0; r < world; ++r)
-          if (pos[r] == o2) providers[o2] = {r, false};
-        if (providers[o2].new_rank < 0 && source_world > 1)
-          for (int r = 0; r < world; ++r)
-            if (pos[r] == left) providers[o2] = {r, true};
-        memory_ok = providers[o2].new_rank >= 0;
-      }
-      memory_step = key / 65536;
-      for (int r = world - 1; r >= 0; --r)
-        if (pos[r] >= 0) root = r;
-      if (!memory_ok) event["memory_snapshot_lost"] = "two neighbouring ranks failed: a shard and its replica are gone";
-    }
-    if (memory_ok && memory_step >= disk_step) {
-      source = Source::memory;
-    } else if (disk_step >= 0) {
-      source = Source::disk;
-      disk_path = (fs::path(s_.checkpoints) / fmt::format("step_{:08}", disk_step)).string();
-      root = 0;
-    } else {
-      source = Source::initial;
-      root = 0;
-    }
-  }
+  const SourceDecision d = decide_source(holding, after_failure, disk_step);
+  const RestoreSource source = d.source;
+  const std::vector<Provider>& providers = d.providers;
+  const int source_world = d.source_world, root = d.root;
+  const std::int64_t memory_step = d.memory_step;
+  after_failure = after_failure || d.member_lost;
+  if (d.member_lost) event["member_lost_while_admitting"] = true;
+  if (d.memory_lost) event["memory_snapshot_lost"] = "a lost rank's shard and its replica (its left neighbour) are both gone";
+  const std::string disk_path =
+      source == RestoreSource::disk ? (fs::path(s_.checkpoints) / fmt::format("step_{:08}", disk_step)).string() : "";
 
   // (c) The new engine. The previous one is kept while its live shards are the source.
-  if (promote[static_cast<std::size_t>(me)]) {
+  if (d.promote[static_cast<std::size_t>(me)]) {
     // Phase 3 of the interrupted snapshot, now: the live shards did not change since phase 1.
     Snapshot& s = *snap_;
     pack_live(*engine_, s.own);
@@ -544,7 +569,7 @@ Resume Elastic::rebuild(std::unique_ptr<dist::ProcessGroup> next, bool after_fai
     s.p_key = -1;
   }
   std::unique_ptr<FsdpEngine> old_engine = std::move(engine_);
-  if (source != Source::live) {
+  if (source != RestoreSource::live) {
     old_engine.reset();
     retired_.clear();
   }
@@ -555,17 +580,17 @@ Resume Elastic::rebuild(std::unique_ptr<dist::ProcessGroup> next, bool after_fai
   TrainState state;
   std::int64_t adamw_steps = 0;
   std::string source_text;
-  if (source == Source::live || source == Source::memory) {
+  if (source == RestoreSource::live || source == RestoreSource::memory) {
     float* dst[3] = {e.sharded().params().data<float>(), e.optimizer().exp_avg().data<float>(),
                      e.optimizer().exp_avg_sq().data<float>()};
     const std::int64_t src_len = local_offsets(units, source_world).back();
     auto from = [&](int old_rank, int k) -> const float* {
-      if (source == Source::live) return live(*old_engine, k).data<float>();
+      if (source == RestoreSource::live) return live(*old_engine, k).data<float>();
       const Provider& p = providers[static_cast<std::size_t>(old_rank)];
       return (p.replica ? snap_->replica : snap_->own).data<float>() + k * src_len;
     };
     redistribute(pg, units, source_world, providers, from, dst);
-    if (source == Source::live) {
+    if (source == RestoreSource::live) {
       if (live_state) state = *live_state;
       adamw_steps = old_engine ? old_engine->optimizer().steps() : 0;
       source_text = fmt::format("live state at step {} (checkpoint boundary)", live_state ? live_state->step : -1);
@@ -574,7 +599,7 @@ Resume Elastic::rebuild(std::unique_ptr<dist::ProcessGroup> next, bool after_fai
       source_text = fmt::format("memory snapshot of step {}", memory_step);
     }
     e.sharded().params_updated();
-  } else if (source == Source::disk) {
+  } else if (source == RestoreSource::disk) {
     state = e.load(disk_path);
     adamw_steps = e.optimizer().steps();
     source_text = "disk checkpoint " + disk_path;
@@ -629,7 +654,7 @@ Resume Elastic::rebuild(std::unique_ptr<dist::ProcessGroup> next, bool after_fai
                        world);
   if (!stop.empty()) {
     std::string saved = disk_path;
-    if (source != Source::disk) saved = e.save(s_.checkpoints, state, o.tokenizer);
+    if (source != RestoreSource::disk) saved = e.save(s_.checkpoints, state, o.tokenizer);
     fail("elastic: stopping at step {}: {}; consistent checkpoint: {} (resume with --resume)", state.step, stop, saved);
   }
 

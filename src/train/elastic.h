@@ -64,6 +64,37 @@ void redistribute(dist::ProcessGroup& pg, const std::vector<std::int64_t>& unit_
                   const std::vector<Provider>& providers, const std::function<const float*(int, int)>& source,
                   float* const dst[3]);
 
+// ---- where a new group's state comes from (decided identically on every rank) ----
+
+enum class RestoreSource : std::uint8_t { live, memory, disk, initial };
+
+// What one rank of the new group reported at the start of the rebuild.
+struct RankHolding {
+  std::int64_t snap_key = -1;  // committed memory snapshot: step * 65536 + generation, -1 when none
+  int snap_pos = -1, snap_world = 0;  // this rank's place in the group that took it
+  std::int64_t pend_key = -1;  // a snapshot past its exchange that this rank could still commit
+  int pend_pos = -1, pend_world = 0;
+  int prev_pos = -1, prev_world = 0;  // place in the previous group (-1: restarted, holds nothing)
+};
+
+struct SourceDecision {
+  RestoreSource source = RestoreSource::live;
+  int source_world = 0;              // the world size of the layout the shards come in (live/memory)
+  std::vector<Provider> providers;   // per old rank of that layout (live/memory)
+  std::vector<bool> promote;         // per new rank: commit its pending snapshot first (memory)
+  int root = 0;                      // a rank that holds the state to continue from
+  std::int64_t memory_step = -1;     // the newest memory snapshot all survivors agree on (-1: none)
+  bool memory_lost = false;          // a snapshot existed, but a shard and its replica are both gone
+  bool member_lost = false;          // at a boundary, a member did not make it into the new group
+};
+
+// after_failure false: a checkpoint boundary (the members' live shards are the state), unless a member
+// is missing. Otherwise the newest of: the memory snapshot with the highest key that some rank
+// committed (ranks holding it only as pending promote it: a committed rank proves every rank finished
+// the exchange), if every old shard has a holder (own, or the left neighbour's replica) and it is no
+// older than disk_step; the disk checkpoint of disk_step (>= 0); the initial state.
+SourceDecision decide_source(const std::vector<RankHolding>& ranks, bool after_failure, std::int64_t disk_step);
+
 // ---- the controller ----
 
 // What the loop continues from after a change of membership, and the event that describes it (the
@@ -120,7 +151,6 @@ class Elastic {
 
  private:
   struct Snapshot;
-  enum class Source : std::uint8_t { live, memory, disk, initial };
   std::unique_ptr<FsdpEngine> build_engine(dist::ProcessGroup& pg);
   void check_fingerprints(dist::ProcessGroup& pg);
   void snapshot(const TrainState& state);

@@ -137,6 +137,88 @@ TEST(ElasticReshard, RedistributeMovesEveryValueToItsNewShard) {
   }
 }
 
+// ---- choosing what to restore ----
+
+using detail::RankHolding;
+using detail::RestoreSource;
+constexpr std::int64_t key(std::int64_t step, int generation) { return step * 65536 + generation; }
+
+// Survivors of 3 (old ranks 0 and 2): rank 1's shard is rank 0's replica.
+TEST(ElasticSource, OneLostRankComesBackFromItsLeftNeighboursReplica) {
+  std::vector<RankHolding> r(2);
+  r[0] = {key(4, 0), 0, 3, -1, -1, 0, 0, 3};
+  r[1] = {key(4, 0), 2, 3, -1, -1, 0, 2, 3};
+  const auto d = detail::decide_source(r, true, 2);
+  EXPECT_EQ(d.source, RestoreSource::memory);
+  EXPECT_EQ(d.memory_step, 4);
+  ASSERT_EQ(d.providers.size(), 3u);
+  EXPECT_EQ(d.providers[0].new_rank, 0);
+  EXPECT_FALSE(d.providers[0].replica);
+  EXPECT_EQ(d.providers[1].new_rank, 0);
+  EXPECT_TRUE(d.providers[1].replica);
+  EXPECT_EQ(d.providers[2].new_rank, 1);
+  EXPECT_FALSE(d.providers[2].replica);
+  EXPECT_EQ(d.promote, std::vector<bool>({false, false}));
+  // A newer disk checkpoint wins.
+  EXPECT_EQ(detail::decide_source(r, true, 5).source, RestoreSource::disk);
+}
+
+// A failure between the barrier and the commit: rank 0 committed step 6, rank 1 still holds it as
+// pending (and step 4 committed). Rank 0's commit proves that every rank finished the exchange, so
+// rank 1 promotes, and both restore step 6.
+TEST(ElasticSource, APendingSnapshotSomeoneCommittedIsPromoted) {
+  std::vector<RankHolding> r(2);
+  r[0] = {key(6, 0), 0, 3, -1, -1, 0, 0, 3};
+  r[1] = {key(4, 0), 1, 3, key(6, 0), 1, 3, 1, 3};
+  const auto d = detail::decide_source(r, true, -1);
+  EXPECT_EQ(d.source, RestoreSource::memory);
+  EXPECT_EQ(d.memory_step, 6);
+  EXPECT_EQ(d.promote, std::vector<bool>({false, true}));
+  EXPECT_EQ(d.providers[2].new_rank, 1);  // rank 2's shard: the replica of old rank 1
+  EXPECT_TRUE(d.providers[2].replica);
+  // Nobody committed step 6: its pending replicas may be torn, everyone goes back to step 4.
+  r[0] = {key(4, 0), 0, 3, key(6, 0), 0, 3, 0, 3};
+  const auto back = detail::decide_source(r, true, -1);
+  EXPECT_EQ(back.memory_step, 4);
+  EXPECT_EQ(back.promote, std::vector<bool>({false, false}));
+}
+
+TEST(ElasticSource, AShardAndItsReplicaBothGoneFallsBackToDiskOrTheStart) {
+  std::vector<RankHolding> r(2);  // old ranks 0 and 3 of 4 survive: 2's shard and replica (on 1) are gone
+  r[0] = {key(4, 0), 0, 4, -1, -1, 0, 0, 4};
+  r[1] = {key(4, 0), 3, 4, -1, -1, 0, 3, 4};
+  auto d = detail::decide_source(r, true, 3);
+  EXPECT_EQ(d.source, RestoreSource::disk);
+  EXPECT_TRUE(d.memory_lost);
+  EXPECT_TRUE(d.promote.empty() || d.promote == std::vector<bool>({false, false}));
+  d = detail::decide_source(r, true, -1);
+  EXPECT_EQ(d.source, RestoreSource::initial);
+}
+
+// A boundary: members' live shards, a restarted rank provides nothing; a member missing from the new
+// group turns it into a failure.
+TEST(ElasticSource, ABoundaryUsesTheLiveShardsUnlessAMemberIsMissing) {
+  std::vector<RankHolding> r(3);
+  r[0] = {key(6, 1), 0, 2, -1, -1, 0, 0, 2};
+  r[1] = {key(6, 1), 1, 2, -1, -1, 0, 1, 2};
+  r[2] = {};  // the restarted rank
+  auto d = detail::decide_source(r, false, 6);
+  EXPECT_EQ(d.source, RestoreSource::live);
+  EXPECT_EQ(d.source_world, 2);
+  EXPECT_EQ(d.providers[0].new_rank, 0);
+  EXPECT_EQ(d.providers[1].new_rank, 1);
+  EXPECT_FALSE(d.member_lost);
+  r[1] = {};  // member 1 did not make it (and a restarted rank took its place)
+  r[1].prev_world = 0;
+  r[0].prev_world = 2;
+  d = detail::decide_source(r, false, 6);
+  EXPECT_TRUE(d.member_lost);
+  EXPECT_EQ(d.source, RestoreSource::memory);  // the snapshot of this boundary: member 1's shard is 0's replica
+  EXPECT_EQ(d.memory_step, 6);
+  EXPECT_EQ(d.providers[1].new_rank, 0);
+  EXPECT_TRUE(d.providers[1].replica);
+}
+
 // ---- whole runs ----
 
 model::ModelConfig test_config() {
