@@ -1,4 +1,5 @@
-// The `lmcore` Python module. Each part binds its API in python/bind_<part>.cpp.
+// The extension module lmcore._lmcore (python/lmcore/__init__.py re-exports it as `lmcore`). Each part
+// binds its API in python/bind_<part>.cpp.
 #include <pybind11/pybind11.h>
 
 #include "lmcore/core/error.h"
@@ -16,7 +17,7 @@ void bind_model(py::module_& m);
 void bind_text(py::module_& m);
 }  // namespace lmcore::python
 
-PYBIND11_MODULE(lmcore, m) {
+PYBIND11_MODULE(_lmcore, m) {
   m.doc() = "lmcore: LLM training kernels, checkpoint I/O and collectives in C++";
   m.attr("__version__") = LMCORE_VERSION_STRING;
   // lmcore::Error becomes lmcore.Error, a ValueError (bad input is what it reports).
