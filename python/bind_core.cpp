@@ -3,6 +3,7 @@
 
 #include "lmcore/core/allocator.h"
 #include "lmcore/core/parallel.h"
+#include "lmcore/core/gemm_lowp.h"
 #include "lmcore/core/runtime_info.h"
 #include "python/tensor_convert.h"
 
@@ -64,6 +65,13 @@ void bind_core(py::module_& m) {
   m.def("num_threads", &num_threads);
   m.def("set_num_threads", &set_num_threads, py::arg("n"));
   m.def("simd_target", &simd_target_name);
+  // bf16/f16 GEMM path (lmcore/core/gemm_lowp.h): "onednn" (matrix units) or "widened" (f32 sgemm).
+  m.def("lowp_gemm_path", [](const std::string& d) {
+    return lowp_gemm_path(dtype_from_name(d)) == LowpGemmPath::onednn ? "onednn" : "widened";
+  }, py::arg("dtype"));
+  m.def("set_lowp_gemm_onednn", &set_lowp_gemm_onednn, py::arg("enabled"),
+        "False forces bf16 GEMMs onto the widened f32 path; True restores the automatic choice.");
+  m.def("onednn_info", &onednn_info);
 
   bind_core_ops(m);
 }

@@ -80,6 +80,9 @@ std::vector<std::int64_t> documents(std::int64_t n, std::uint32_t seed) {
 
 }  // namespace
 
+// bench/suites/attention_bf16.cpp
+std::vector<BenchTable> run_attention_bf16(const BenchOptions& options);
+
 std::vector<BenchTable> run_attention_suite(const BenchOptions& options) {
   const std::int64_t B = 1, H = 8, D = 64;
   std::vector<Row> rows;
@@ -210,7 +213,11 @@ std::vector<BenchTable> run_attention_suite(const BenchOptions& options) {
                           static_cast<double>(rss1 - rss0) / 1024.0});
     build.notes.push_back("peak RSS growth is 0 when the build stays below the process's earlier peak");
   }
-  return {fwd, bwd, dense_tab, build};
+  std::vector<BenchTable> tables{fwd, bwd};
+  for (BenchTable& t : run_attention_bf16(options)) tables.push_back(std::move(t));
+  tables.push_back(dense_tab);
+  tables.push_back(build);
+  return tables;
 }
 
 }  // namespace lmcore::bench

@@ -1,5 +1,6 @@
-// flex_attention and its backward: argument checks, dtype handling (f32 compute buffers), and the
-// calls into the f32 kernels of flex_forward.cpp / flex_backward.cpp.
+// flex_attention and its backward: argument checks, dtype handling, and the calls into the kernels of
+// flex_forward.cpp / flex_backward.cpp: bf16 inputs stay bf16 and meet the matrix units when gemm_lowp
+// runs on oneDNN here; every other case (f32, f16, bf16 without AVX-512 BF16) is widened once to f32.
 #include "lmcore/attention/flex_attention.h"
 
 #include <cmath>
@@ -67,15 +68,23 @@ void check_block_mask(const BlockMask& bm, const AttentionShape& sh, const char*
 
 Tensor as_f32_contiguous(const Tensor& t) { return t.to(DType::f32).contiguous(); }
 
+// Whether tensors of this dtype go to the kernels as they are (bf16 on the matrix units).
+bool on_matrix_units(DType dt) { return dt == DType::bf16 && lowp_gemm_path(DType::bf16) == LowpGemmPath::onednn; }
+
 FlexResult forward(const Tensor& q, const Tensor& k, const Tensor& v, const BlockMask& bm, const ScoreMod& mod,
                    const AttentionShape& sh, const char* op) {
   check_block_mask(bm, sh, op);
   mod.check_heads(sh.q_heads, op);
-  const Tensor q32 = as_f32_contiguous(q), k32 = as_f32_contiguous(k), v32 = as_f32_contiguous(v);
   Tensor out = Tensor::empty({sh.batch, sh.q_heads, sh.q_len, sh.value_dim}, DType::f32);
   Tensor lse = Tensor::empty({sh.batch, sh.q_heads, sh.q_len}, DType::f32);
-  flex_forward_f32(sh, bm, mod, q32.data<float>(), k32.data<float>(), v32.data<float>(), out.data<float>(),
-                   lse.data<float>());
+  if (on_matrix_units(q.dtype())) {
+    const Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
+    flex_forward(sh, bm, mod, qc.data<bf16>(), kc.data<bf16>(), vc.data<bf16>(), out.data<float>(), lse.data<float>());
+  } else {
+    const Tensor q32 = as_f32_contiguous(q), k32 = as_f32_contiguous(k), v32 = as_f32_contiguous(v);
+    flex_forward(sh, bm, mod, q32.data<float>(), k32.data<float>(), v32.data<float>(), out.data<float>(),
+                 lse.data<float>());
+  }
   return {out.to(q.dtype()), lse};
 }
 
@@ -98,17 +107,26 @@ FlexGrads backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
                lse.defined() ? lse.describe() : "undefined");
   check_float(out, op, "out");
   check_float(d_out, op, "d_out");
-  const Tensor q32 = as_f32_contiguous(q), k32 = as_f32_contiguous(k), v32 = as_f32_contiguous(v);
-  const Tensor o32 = as_f32_contiguous(out), g32 = as_f32_contiguous(d_out), l32 = lse.contiguous();
+  const Tensor l32 = lse.contiguous();
   Tensor dq = Tensor::empty(q.shape(), DType::f32), dk = Tensor::empty(k.shape(), DType::f32),
          dv = Tensor::empty(v.shape(), DType::f32);
   const std::vector<std::vector<std::int64_t>> param_shapes = score_mod_grads ? mod.parameter_shapes()
                                                                              : std::vector<std::vector<std::int64_t>>{};
   std::vector<std::vector<double>> param_grads;
   for (const auto& shape : param_shapes) param_grads.emplace_back(static_cast<std::size_t>(checked_numel(shape)), 0.0);
-  flex_backward_f32(sh, bm, mod, q32.data<float>(), k32.data<float>(), v32.data<float>(), o32.data<float>(),
-                    g32.data<float>(), l32.data<float>(), dq.data<float>(), dk.data<float>(), dv.data<float>(),
-                    param_grads.empty() ? nullptr : &param_grads);
+  std::vector<std::vector<double>>* pg = param_grads.empty() ? nullptr : &param_grads;
+  if (on_matrix_units(q.dtype())) {
+    // out and d_out in q's dtype too (they are given in it, or cast once).
+    const Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
+    const Tensor oc = out.to(DType::bf16).contiguous(), gc = d_out.to(DType::bf16).contiguous();
+    flex_backward(sh, bm, mod, qc.data<bf16>(), kc.data<bf16>(), vc.data<bf16>(), oc.data<bf16>(), gc.data<bf16>(),
+                  l32.data<float>(), dq.data<float>(), dk.data<float>(), dv.data<float>(), pg);
+  } else {
+    const Tensor q32 = as_f32_contiguous(q), k32 = as_f32_contiguous(k), v32 = as_f32_contiguous(v);
+    const Tensor o32 = as_f32_contiguous(out), g32 = as_f32_contiguous(d_out);
+    flex_backward(sh, bm, mod, q32.data<float>(), k32.data<float>(), v32.data<float>(), o32.data<float>(),
+                  g32.data<float>(), l32.data<float>(), dq.data<float>(), dk.data<float>(), dv.data<float>(), pg);
+  }
   FlexGrads grads{dq.to(q.dtype()), dk.to(k.dtype()), dv.to(v.dtype()), {}};
   for (std::size_t p = 0; p < param_grads.size(); ++p) {
     const std::vector<float> g(param_grads[p].begin(), param_grads[p].end());

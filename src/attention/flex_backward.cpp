@@ -7,11 +7,15 @@
 //   3. dQ = the thread buffers summed in thread order.
 // Key blocks are split among threads by a fixed, cost-balanced cut of the item list, so the
 // floating-point order of every sum depends only on the thread count: the same bits on every run.
+// With bf16 inputs the five products run on the matrix units; P and dS are rounded to bf16 right
+// before they enter a product (FlashAttention's choice), everything else stays f32.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
+#include "lmcore/core/copy.h"
 #include "lmcore/core/matmul.h"
 #include "lmcore/core/parallel.h"
 #include "src/attention/flex_kernels.h"
@@ -41,9 +45,11 @@ void merged_rows(const BlockRuns& partial, const BlockRuns& full, std::int64_t r
 
 }  // namespace
 
-void flex_backward_f32(const AttentionShape& sh, const BlockMask& bm, const ScoreMod& score_mod, const float* q,
-                       const float* k, const float* v, const float* out, const float* d_out, const float* lse,
-                       float* dq, float* dk, float* dv, std::vector<std::vector<double>>* score_mod_grads) {
+template <typename T>
+void flex_backward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod& score_mod, const T* q, const T* k,
+                   const T* v, const T* out, const T* d_out, const float* lse, float* dq, float* dk, float* dv,
+                   std::vector<std::vector<double>>* score_mod_grads) {
+  constexpr bool kLowp = !std::is_same_v<T, float>;
   const std::int64_t B = sh.batch, Hq = sh.q_heads, Hkv = sh.kv_heads, L = sh.q_len, S = sh.kv_len;
   const std::int64_t D = sh.head_dim, Dv = sh.value_dim, group = Hq / Hkv;
   const std::int64_t qb = bm.q_block, kb = bm.kv_block, nkb = bm.num_kv_blocks;
@@ -54,10 +60,10 @@ void flex_backward_f32(const AttentionShape& sh, const BlockMask& bm, const Scor
   std::vector<float> delta(static_cast<std::size_t>(B * Hq * L));
   parallel_for(0, B * Hq * L, 1024, [&](std::int64_t lo, std::int64_t hi) {
     for (std::int64_t r = lo; r < hi; ++r) {
-      const float* o = out + r * Dv;
-      const float* g = d_out + r * Dv;
+      const T* o = out + r * Dv;
+      const T* g = d_out + r * Dv;
       float acc = 0.0f;
-      for (std::int64_t j = 0; j < Dv; ++j) acc += o[j] * g[j];
+      for (std::int64_t j = 0; j < Dv; ++j) acc += static_cast<float>(o[j]) * static_cast<float>(g[j]);
       delta[static_cast<std::size_t>(r)] = acc;
     }
   });
@@ -100,6 +106,7 @@ void flex_backward_f32(const AttentionShape& sh, const BlockMask& bm, const Scor
     std::vector<float> s(static_cast<std::size_t>(qb * kb)), dp(static_cast<std::size_t>(qb * kb));
     std::vector<float> grad(has_mod ? static_cast<std::size_t>(qb * kb) : 0);
     std::vector<std::uint8_t> mtile(static_cast<std::size_t>(qb * kb));
+    std::vector<T> low(kLowp ? static_cast<std::size_t>(qb * kb) : 0);  // P, then dS, rounded for the products
     std::vector<float> dk_acc(static_cast<std::size_t>(kb * D)), dv_acc(static_cast<std::size_t>(kb * Dv));
     std::vector<BlockRef> blocks;
     std::vector<float> suffix(static_cast<std::size_t>(n_params * qb * kb));
@@ -121,8 +128,9 @@ void flex_backward_f32(const AttentionShape& sh, const BlockMask& bm, const Scor
       for (std::int64_t it = cut[static_cast<std::size_t>(part)]; it < cut[static_cast<std::size_t>(part) + 1]; ++it) {
         const std::int64_t ki = it % nkb, bh = it / nkb, b = bh / Hkv, hkv = bh % Hkv;
         const std::int64_t k0 = ki * kb, nk = std::min(kb, S - k0);
-        const float* K = k + (bh * S + k0) * D;
-        const float* V = v + (bh * S + k0) * Dv;
+        const std::int64_t ld = nk;  // dense tiles (oneDNN's AMX kernels take dense matrices)
+        const T* K = k + (bh * S + k0) * D;
+        const T* V = v + (bh * S + k0) * Dv;
         std::fill_n(dk_acc.begin(), nk * D, 0.0f);
         std::fill_n(dv_acc.begin(), nk * Dv, 0.0f);
         for (std::int64_t h = hkv * group; h < (hkv + 1) * group; ++h) {
@@ -130,47 +138,58 @@ void flex_backward_f32(const AttentionShape& sh, const BlockMask& bm, const Scor
           const std::int64_t bhq = b * Hq + h;
           for (const BlockRef& blk : blocks) {
             const std::int64_t q0 = blk.index * qb, nq = std::min(qb, L - q0);
-            const float* Q = q + (bhq * L + q0) * D;
-            const float* dO = d_out + (bhq * L + q0) * Dv;
+            const T* Q = q + (bhq * L + q0) * D;
+            const T* dO = d_out + (bhq * L + q0) * Dv;
             const float* LSE = lse + bhq * L + q0;
             const float* DELTA = delta.data() + bhq * L + q0;
             // P [nq, nk] = exp(score_mod(scale Q K^T) masked - lse)
-            gemm_f32(false, true, nq, nk, D, sh.scale, Q, D, K, D, 0.0f, s.data(), kb);
+            tile_gemm(false, true, nq, nk, D, sh.scale, Q, D, K, D, 0.0f, s.data(), ld);
             if (has_mod)
-              score_mod.apply_tile(b, h, q0, nq, k0, nk, s.data(), kb, grad.data(), n_params > 0 ? suffix_tiles.data() : nullptr);
+              score_mod.apply_tile(b, h, q0, nq, k0, nk, s.data(), ld, grad.data(), n_params > 0 ? suffix_tiles.data() : nullptr);
             if (!blk.full) {
-              bm.mask.fill(b, h, q0, nq, k0, nk, mtile.data(), kb);
-              for (std::int64_t i = 0; i < nq; ++i) row_apply_mask(s.data() + i * kb, mtile.data() + i * kb, nk);
+              bm.mask.fill(b, h, q0, nq, k0, nk, mtile.data(), ld);
+              for (std::int64_t i = 0; i < nq; ++i) row_apply_mask(s.data() + i * ld, mtile.data() + i * ld, nk);
             }
             for (std::int64_t i = 0; i < nq; ++i) {
-              float* row = s.data() + i * kb;
+              float* row = s.data() + i * ld;
               if (LSE[i] == ninf) std::fill_n(row, nk, 0.0f);  // an empty row has no gradient
               else row_exp(row, nk, LSE[i]);
             }
             // dV [nk, Dv] += P^T dO
-            gemm_f32(true, false, nk, Dv, nq, 1.0f, s.data(), kb, dO, Dv, 1.0f, dv_acc.data(), Dv);
+            if constexpr (kLowp) {
+              cast_f32_to_lowp(dtype_of<T>, low.data(), s.data(), nq * ld);
+              tile_gemm(true, false, nk, Dv, nq, 1.0f, low.data(), ld, dO, Dv, 1.0f, dv_acc.data(), Dv);
+            } else {
+              tile_gemm(true, false, nk, Dv, nq, 1.0f, s.data(), ld, dO, Dv, 1.0f, dv_acc.data(), Dv);
+            }
             // dP [nq, nk] = dO V^T
-            gemm_f32(false, true, nq, nk, Dv, 1.0f, dO, Dv, V, Dv, 0.0f, dp.data(), kb);
+            tile_gemm(false, true, nq, nk, Dv, 1.0f, dO, Dv, V, Dv, 0.0f, dp.data(), ld);
             // dS = P (dP - delta) is d loss / d(modified score): it feeds the score_mod's parameters,
             // then times d score_mod / d score it becomes d loss / d(scale q.k). Masked entries stay 0.
             for (std::int64_t i = 0; i < nq; ++i) {
-              float* d = dp.data() + i * kb;
-              row_softmax_grad(d, s.data() + i * kb, d, nk, DELTA[i]);
+              float* d = dp.data() + i * ld;
+              row_softmax_grad(d, s.data() + i * ld, d, nk, DELTA[i]);
             }
             if (n_params > 0)
-              score_mod.accumulate_parameter_grads(b, h, q0, nq, k0, nk, dp.data(), suffix_tiles.data(), kb,
+              score_mod.accumulate_parameter_grads(b, h, q0, nq, k0, nk, dp.data(), suffix_tiles.data(), ld,
                                                    param_out.data());
             if (has_mod) {
               for (std::int64_t i = 0; i < nq; ++i) {
-                float* d = dp.data() + i * kb;
-                const float* p = s.data() + i * kb;
-                const float* g = grad.data() + i * kb;
+                float* d = dp.data() + i * ld;
+                const float* p = s.data() + i * ld;
+                const float* g = grad.data() + i * ld;
                 for (std::int64_t j = 0; j < nk; ++j) d[j] = p[j] == 0.0f ? 0.0f : d[j] * g[j];
               }
             }
             // dK [nk, D] += scale dS^T Q;  dQ [nq, D] += scale dS K
-            gemm_f32(true, false, nk, D, nq, sh.scale, dp.data(), kb, Q, D, 1.0f, dk_acc.data(), D);
-            gemm_f32(false, false, nq, D, nk, sh.scale, dp.data(), kb, K, D, 1.0f, dq_out + (bhq * L + q0) * D, D);
+            if constexpr (kLowp) {
+              cast_f32_to_lowp(dtype_of<T>, low.data(), dp.data(), nq * ld);
+              tile_gemm(true, false, nk, D, nq, sh.scale, low.data(), ld, Q, D, 1.0f, dk_acc.data(), D);
+              tile_gemm(false, false, nq, D, nk, sh.scale, low.data(), ld, K, D, 1.0f, dq_out + (bhq * L + q0) * D, D);
+            } else {
+              tile_gemm(true, false, nk, D, nq, sh.scale, dp.data(), ld, Q, D, 1.0f, dk_acc.data(), D);
+              tile_gemm(false, false, nq, D, nk, sh.scale, dp.data(), ld, K, D, 1.0f, dq_out + (bhq * L + q0) * D, D);
+            }
           }
         }
         std::copy_n(dk_acc.begin(), nk * D, dk + (bh * S + k0) * D);
@@ -190,5 +209,12 @@ void flex_backward_f32(const AttentionShape& sh, const BlockMask& bm, const Scor
     });
   }
 }
+
+template void flex_backward<float>(const AttentionShape&, const BlockMask&, const ScoreMod&, const float*,
+                                   const float*, const float*, const float*, const float*, const float*, float*, float*,
+                                   float*, std::vector<std::vector<double>>*);
+template void flex_backward<bf16>(const AttentionShape&, const BlockMask&, const ScoreMod&, const bf16*, const bf16*,
+                                  const bf16*, const bf16*, const bf16*, const float*, float*, float*, float*,
+                                  std::vector<std::vector<double>>*);
 
 }  // namespace lmcore::attention::detail

@@ -1,12 +1,15 @@
 // The flex attention forward kernel: per (b, query head, query block), an online softmax over the
-// listed key blocks in increasing order, with sgemm tiles for S = scale * Q K^T and O += P V.
+// listed key blocks in increasing order, with tile products S = scale * Q K^T and O += P V (sgemm for
+// f32, the matrix units for bf16 with P rounded to bf16 first; see flex_kernels.h).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <type_traits>
 #include <vector>
 
+#include "lmcore/core/copy.h"
 #include "lmcore/core/matmul.h"
 #include "lmcore/core/parallel.h"
 #include "src/attention/flex_kernels.h"
@@ -16,7 +19,7 @@ namespace lmcore::attention::detail {
 
 namespace {
 
-// Widest key span of one forward sgemm tile (see flex_forward_f32).
+// Widest key span of one forward tile product (see flex_forward).
 constexpr std::int64_t kSpanColumns = 512;
 
 // One entry of a row's merged block list.
@@ -43,8 +46,10 @@ void merged_blocks(const BlockMask& m, const BlockRuns& partial, const BlockRuns
 
 }  // namespace
 
-void flex_forward_f32(const AttentionShape& sh, const BlockMask& bm, const ScoreMod& score_mod, const float* q,
-                      const float* k, const float* v, float* out, float* lse) {
+template <typename T>
+void flex_forward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod& score_mod, const T* q, const T* k,
+                  const T* v, float* out, float* lse) {
+  constexpr bool kLowp = !std::is_same_v<T, float>;
   const std::int64_t B = sh.batch, Hq = sh.q_heads, L = sh.q_len, S = sh.kv_len, D = sh.head_dim, Dv = sh.value_dim;
   const std::int64_t group = Hq / sh.kv_heads;
   const std::int64_t qb = bm.q_block, kb = bm.kv_block, nqb = bm.num_q_blocks;
@@ -71,15 +76,17 @@ void flex_forward_f32(const AttentionShape& sh, const BlockMask& bm, const Score
   // Consecutive listed key blocks are taken together as one span of up to kSpanColumns keys: one
   // wider sgemm per span instead of one per block (OpenBLAS repacks Q on every call and a 128-wide
   // tile is below its efficient size), and one online-softmax rescale of the accumulator per span.
+  // A span's tiles are dense (row stride = the span's width): oneDNN's AMX kernels take dense matrices.
   const std::int64_t span_blocks = std::max<std::int64_t>(1, kSpanColumns / kb);
-  const std::int64_t ld = span_blocks * kb;
+  const std::int64_t span_max = span_blocks * kb;
 
   BlasSingleThreaded blas_guard;
   std::atomic<std::int64_t> next{0};
   const std::int64_t workers = std::min<std::int64_t>(num_threads(), std::max<std::int64_t>(items, 1));
   parallel_for(0, workers, 1, [&](std::int64_t, std::int64_t) {
-    std::vector<float> s(static_cast<std::size_t>(qb * ld));
-    std::vector<std::uint8_t> mtile(static_cast<std::size_t>(qb * ld));
+    std::vector<float> s(static_cast<std::size_t>(qb * span_max));
+    std::vector<T> p_low(kLowp ? static_cast<std::size_t>(qb * span_max) : 0);  // P rounded, for P V
+    std::vector<std::uint8_t> mtile(static_cast<std::size_t>(qb * span_max));
     std::vector<float> acc(static_cast<std::size_t>(qb * Dv));
     std::vector<float> m(static_cast<std::size_t>(qb)), l(static_cast<std::size_t>(qb));
     std::vector<BlockRef> blocks;
@@ -88,9 +95,9 @@ void flex_forward_f32(const AttentionShape& sh, const BlockMask& bm, const Score
       const std::int64_t qi = it % nqb, bh = it / nqb, b = bh / Hq, h = bh % Hq;
       const std::int64_t hkv = h / group;
       const std::int64_t q0 = qi * qb, nq = std::min(qb, L - q0);
-      const float* Q = q + (bh * L + q0) * D;
-      const float* K = k + (b * sh.kv_heads + hkv) * S * D;
-      const float* V = v + (b * sh.kv_heads + hkv) * S * Dv;
+      const T* Q = q + (bh * L + q0) * D;
+      const T* K = k + (b * sh.kv_heads + hkv) * S * D;
+      const T* V = v + (b * sh.kv_heads + hkv) * S * Dv;
       merged_blocks(bm, bm.partial, bm.full, mask_row(b, h, qi), blocks);
       std::fill_n(m.begin(), nq, ninf);
       std::fill_n(l.begin(), nq, 0.0f);
@@ -102,8 +109,9 @@ void flex_forward_f32(const AttentionShape& sh, const BlockMask& bm, const Score
           ++end;
         const std::int64_t k0 = blocks[first].index * kb;
         const std::int64_t nk = std::min(S, (blocks[end - 1].index + 1) * kb) - k0;
-        // s [nq, nk] (row stride ld) = scale * Q K^T
-        gemm_f32(false, true, nq, nk, D, sh.scale, Q, D, K + k0 * D, D, 0.0f, s.data(), ld);
+        const std::int64_t ld = nk;
+        // s [nq, nk] = scale * Q K^T
+        tile_gemm(false, true, nq, nk, D, sh.scale, Q, D, K + k0 * D, D, 0.0f, s.data(), ld);
         if (!score_mod.is_identity()) score_mod.apply_tile(b, h, q0, nq, k0, nk, s.data(), ld, nullptr);
         for (std::size_t x = first; x < end; ++x) {
           if (blocks[x].full) continue;
@@ -125,8 +133,13 @@ void flex_forward_f32(const AttentionShape& sh, const BlockMask& bm, const Score
           m[i] = m_new;
           if (alpha != 1.0f) row_scale(acc.data() + i * Dv, Dv, alpha);
         }
-        // acc [nq, Dv] += P V
-        gemm_f32(false, false, nq, Dv, nk, 1.0f, s.data(), ld, V + k0 * Dv, Dv, 1.0f, acc.data(), Dv);
+        // acc [nq, Dv] += P V; l above summed the f32 P, the product takes P rounded to T.
+        if constexpr (kLowp) {
+          cast_f32_to_lowp(dtype_of<T>, p_low.data(), s.data(), nq * ld);
+          tile_gemm(false, false, nq, Dv, nk, 1.0f, p_low.data(), ld, V + k0 * Dv, Dv, 1.0f, acc.data(), Dv);
+        } else {
+          tile_gemm(false, false, nq, Dv, nk, 1.0f, s.data(), ld, V + k0 * Dv, Dv, 1.0f, acc.data(), Dv);
+        }
         first = end;
       }
       float* O = out + (bh * L + q0) * Dv;
@@ -145,5 +158,10 @@ void flex_forward_f32(const AttentionShape& sh, const BlockMask& bm, const Score
     }
   });
 }
+
+template void flex_forward<float>(const AttentionShape&, const BlockMask&, const ScoreMod&, const float*, const float*,
+                                  const float*, float*, float*);
+template void flex_forward<bf16>(const AttentionShape&, const BlockMask&, const ScoreMod&, const bf16*, const bf16*,
+                                 const bf16*, float*, float*);
 
 }  // namespace lmcore::attention::detail

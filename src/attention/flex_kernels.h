@@ -1,9 +1,15 @@
-// Private: the f32 flash-style kernels behind flex_attention and sdpa, on contiguous f32 buffers.
+// Private: the flash-style kernels behind flex_attention and sdpa, on contiguous buffers.
 //
 //   q [B, Hq, L, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv], out / d_out [B, Hq, L, Dv], lse [B, Hq, L]
-//   dq, dk, dv like q, k, v (overwritten)
+//   dq, dk, dv like q, k, v, always f32 (overwritten)
 //   score_mod_grads: when not null, one zeroed vector per parameter step of the score_mod (sized as
 //   its table) receives the gradient of its table
+//
+// T is the element type of q, k, v (and of out, d_out in the backward):
+//   float — f32 inputs, or bf16/f16 widened once by the caller: every tile product is an sgemm;
+//   bf16  — the tile products run on the matrix units (gemm_lowp: oneDNN, f32 accumulation). Scores,
+//           softmax, the online rescaling and the accumulators stay f32; P (and in the backward dS) is
+//           rounded to bf16 right before it enters a product, as FlashAttention does.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +17,8 @@
 
 #include "lmcore/attention/block_mask.h"
 #include "lmcore/attention/score_mod.h"
+#include "lmcore/core/gemm_lowp.h"
+#include "lmcore/core/low_precision.h"
 #include "lmcore/core/matmul.h"
 
 namespace lmcore::attention::detail {
@@ -20,13 +28,24 @@ struct AttentionShape {
   float scale;
 };
 
-void flex_forward_f32(const AttentionShape& shape, const BlockMask& mask, const ScoreMod& score_mod,
-                      const float* q, const float* k, const float* v, float* out, float* lse);
+template <typename T>
+void flex_forward(const AttentionShape& shape, const BlockMask& mask, const ScoreMod& score_mod, const T* q,
+                  const T* k, const T* v, float* out, float* lse);
 
-void flex_backward_f32(const AttentionShape& shape, const BlockMask& mask, const ScoreMod& score_mod,
-                       const float* q, const float* k, const float* v, const float* out, const float* d_out,
-                       const float* lse, float* dq, float* dk, float* dv,
-                       std::vector<std::vector<double>>* score_mod_grads = nullptr);
+template <typename T>
+void flex_backward(const AttentionShape& shape, const BlockMask& mask, const ScoreMod& score_mod, const T* q,
+                   const T* k, const T* v, const T* out, const T* d_out, const float* lse, float* dq, float* dk,
+                   float* dv, std::vector<std::vector<double>>* score_mod_grads = nullptr);
+
+// One tile product on the calling thread, C (f32) = alpha op(A) op(B) + beta C, row-major with row strides.
+inline void tile_gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
+                      std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
+  gemm_f32(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+inline void tile_gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const bf16* a,
+                      std::int64_t lda, const bf16* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
+  gemm_lowp(DType::bf16, DType::f32, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
 
 // The kernels hold lmcore::BlasSingleThreaded (lmcore/core/matmul.h) while they run.
 using lmcore::BlasSingleThreaded;

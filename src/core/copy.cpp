@@ -89,4 +89,16 @@ void copy_cast_reference(const Tensor& src, Tensor& dst) {
   });
 }
 
+void cast_f32_to_lowp(DType lowp, void* dst, const float* src, std::int64_t n) {
+  LMCORE_CHECK(lowp == DType::bf16 || lowp == DType::f16, "cast_f32_to_lowp: expected bf16 or f16, found {}", lowp);
+  if (lowp == DType::bf16) cast_contiguous(static_cast<bf16*>(dst), src, n);
+  else cast_contiguous(static_cast<f16*>(dst), src, n);
+}
+
+void cast_lowp_to_f32(DType lowp, float* dst, const void* src, std::int64_t n) {
+  LMCORE_CHECK(lowp == DType::bf16 || lowp == DType::f16, "cast_lowp_to_f32: expected bf16 or f16, found {}", lowp);
+  if (lowp == DType::bf16) cast_contiguous(dst, static_cast<const bf16*>(src), n);
+  else cast_contiguous(dst, static_cast<const f16*>(src), n);
+}
+
 }  // namespace lmcore

@@ -15,6 +15,12 @@ void copy_cast(const Tensor& src, Tensor& dst);
 // Plain element-by-element version of copy_cast, the reference its tests compare against.
 void copy_cast_reference(const Tensor& src, Tensor& dst);
 
+// The dense f32 <-> bf16/f16 loops of copy_cast on raw buffers of n elements, for kernels that round
+// tiles (attention's P, the loss's gradients) between matrix products: same bits as copy_cast, single
+// thread. `lowp` is DType::bf16 or DType::f16.
+void cast_f32_to_lowp(DType lowp, void* dst, const float* src, std::int64_t n);
+void cast_lowp_to_f32(DType lowp, float* dst, const void* src, std::int64_t n);
+
 namespace detail {
 
 // One element's cast, shared by the fast kernels and the reference so both give the same bits.
