@@ -125,24 +125,33 @@ bool SplitPattern::cuts_at_lines() const { return !impl_->name.empty(); }
 
 namespace {
 
+// A match attempt of a pattern from a tokenizer.json may take at most this many PCRE2 steps (about
+// 10 MB of one piece for patterns like the built-in ones, ~20 ms), so that a pattern with catastrophic
+// backtracking fails with an error naming it instead of running for hours. The built-in patterns have no
+// nested quantifiers, run in linear time, and have no limit.
+constexpr std::uint32_t kUserMatchLimit = 10'000'000;
+
 // Per-thread match data and a JIT stack that grows on demand (PCRE2's default 32 KiB machine stack is
 // enough for the built-in patterns; user patterns with deep backtracking get up to 64 MiB).
 struct MatchState {
   pcre2_match_data* data = nullptr;
-  pcre2_match_context* context = nullptr;
+  pcre2_match_context* unlimited = nullptr;
+  pcre2_match_context* limited = nullptr;
   pcre2_jit_stack* stack = nullptr;
   std::size_t stack_size = 0;
   MatchState() {
     data = pcre2_match_data_create(1, nullptr);
-    context = pcre2_match_context_create(nullptr);
-    // Bounds the work of one match attempt, so that a hostile pattern from a tokenizer.json fails with
-    // an error instead of running for hours.
-    pcre2_set_match_limit(context, 100'000'000);
-    pcre2_set_depth_limit(context, 10'000'000);
+    unlimited = pcre2_match_context_create(nullptr);
+    limited = pcre2_match_context_create(nullptr);
+    pcre2_set_match_limit(unlimited, 0xFFFFFFFFu);
+    pcre2_set_depth_limit(unlimited, 0xFFFFFFFFu);
+    pcre2_set_match_limit(limited, kUserMatchLimit);
+    pcre2_set_depth_limit(limited, kUserMatchLimit);
   }
   ~MatchState() {
     if (stack) pcre2_jit_stack_free(stack);
-    pcre2_match_context_free(context);
+    pcre2_match_context_free(limited);
+    pcre2_match_context_free(unlimited);
     pcre2_match_data_free(data);
   }
   bool grow_stack() {
@@ -152,7 +161,8 @@ struct MatchState {
     stack = pcre2_jit_stack_create(32 * 1024, next, nullptr);
     if (!stack) return false;
     stack_size = next;
-    pcre2_jit_stack_assign(context, nullptr, stack);
+    pcre2_jit_stack_assign(unlimited, nullptr, stack);
+    pcre2_jit_stack_assign(limited, nullptr, stack);
     return true;
   }
 };
@@ -166,14 +176,15 @@ MatchState& match_state() {
 template <typename Emit>
 void split_valid(const SplitPattern& self, pcre2_code* code, bool jit, std::string_view s, Emit&& emit) {
   MatchState& ms = match_state();
+  pcre2_match_context* const context = self.cuts_at_lines() ? ms.unlimited : ms.limited;
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(s.data());
   const std::size_t n = s.size();
   std::size_t pos = 0, last = 0;  // next search start; end of the last emitted piece
   while (pos < n) {
-    int rc = jit ? pcre2_jit_match(code, subject, n, pos, 0, ms.data, ms.context)
-                 : pcre2_match(code, subject, n, pos, PCRE2_NO_UTF_CHECK, ms.data, ms.context);
+    int rc = jit ? pcre2_jit_match(code, subject, n, pos, 0, ms.data, context)
+                 : pcre2_match(code, subject, n, pos, PCRE2_NO_UTF_CHECK, ms.data, context);
     while (rc == PCRE2_ERROR_JIT_STACKLIMIT && ms.grow_stack())
-      rc = pcre2_jit_match(code, subject, n, pos, 0, ms.data, ms.context);
+      rc = pcre2_jit_match(code, subject, n, pos, 0, ms.data, context);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
       PCRE2_UCHAR msg[256];

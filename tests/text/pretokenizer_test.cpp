@@ -132,5 +132,17 @@ TEST(Pretokenizer, UserPatterns) {
   EXPECT_THROW(SplitPattern::from_name("gpt4"), Error);
 }
 
+TEST(Pretokenizer, CatastrophicUserPatternFailsInsteadOfHanging) {
+  // (a+)+$ backtracks 2^n ways before the '!'; a pattern from a tokenizer.json gets a step limit.
+  const SplitPattern evil(R"((a+)+$)");
+  try {
+    evil.split(std::string(40, 'a') + "!");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("match limit"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(a+)+$"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace lmcore::text
