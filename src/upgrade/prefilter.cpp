@@ -31,7 +31,15 @@ namespace lmcore::upgrade {
 
 namespace {
 
-enum class Trigger : std::uint8_t { none, word, attribute, keyword, op };
+enum class Trigger : std::uint8_t { none, word, attribute, keyword, op, import };
+
+// Per call of may_have_python_findings: `torch.rename`-like references were let through on the
+// assumption that torch names the module, which holds only if the code has `import torch`.
+struct TorchModule {
+  bool imported = false;  // `import torch` / `import torch.x` (no `as`) seen in code
+  bool assumed = false;   // some reference was let through on that assumption
+};
+thread_local TorchModule tl_torch;
 
 // The trigger words in an open-addressed table keyed by length and the first, second and last
 // bytes: most identifiers of a file miss on the first probe without comparing any bytes.
@@ -42,6 +50,7 @@ class Words {
     for (std::string_view s : {"rename", "rename_", "align_to", "align_as", "has_names", "refine_names", "unflatten"})
       add(s, Trigger::attribute);
     add("names", Trigger::keyword);
+    add("import", Trigger::import);
     // Reached through imports and aliases: anywhere.
     for (std::string_view s :
          {"Unflatten", "align_tensors", "all_gather_into_tensor", "reduce_scatter_tensor", "all_gather_tensor",
@@ -186,6 +195,7 @@ bool keyword_trigger(std::string_view s, std::size_t word_begin, std::size_t p, 
 }
 
 std::size_t skip_string(std::string_view s, std::size_t p, bool fstring, bool& hit);
+std::size_t skip_fstring(std::string_view s, std::size_t p, bool& hit);
 bool call_has_string_arg(std::string_view s, std::size_t p);
 bool scan_code(std::string_view s, std::size_t b, std::size_t e);
 
@@ -222,7 +232,8 @@ bool op_trigger(std::string_view s, std::size_t word_begin, std::size_t p) {
     if (p == std::string_view::npos) return true;
     return p < s.size() && s[p] == '(' && call_has_string_arg(s, p);
   }
-  if (s[p] == 'a' && p + 2 < s.size() && s[p + 1] == 's' && (s[p + 2] == ' ' || s[p + 2] == '\t' || s[p + 2] == '\\'))
+  if (s[p] == 'a' && p + 1 < s.size() && s[p + 1] == 's' &&
+      (p + 2 >= s.size() || !kClass.ident[static_cast<unsigned char>(s[p + 2])]))
     return true;  // `import ... sum as s`
   return s[p] == '(' && call_has_string_arg(s, p);
 }
@@ -256,16 +267,37 @@ bool call_has_string_arg(std::string_view s, std::size_t p) {
 
 // The attribute at [wb, we) follows `torch.` (the module: torch.unflatten, torch.rename), which
 // Checker::classify_receiver never takes for a tensor and check_call leaves to check_attribute.
+// Back over spaces and line continuations from k; a plain line end stops (it may end a statement).
+std::size_t back_over_blanks(std::string_view s, std::size_t k) {
+  while (k > 0) {
+    if (s[k - 1] == ' ' || s[k - 1] == '\t' || s[k - 1] == '\f') --k;
+    else if (s[k - 1] == '\n' && k >= 2 && s[k - 2] == '\\') k -= 2;
+    else if (s[k - 1] == '\n' && k >= 3 && s[k - 2] == '\r' && s[k - 3] == '\\') k -= 3;
+    else break;
+  }
+  return k;
+}
+
+// After the word `import` at we: `import torch` or `import torch.x` without `as` binds torch.
+void note_import(std::string_view s, std::size_t we) {
+  std::size_t p = skip_blank(s, we);
+  if (s.compare(p, 5, "torch") != 0 || (p + 5 < s.size() && kClass.ident[static_cast<unsigned char>(s[p + 5])])) return;
+  p += 5;
+  while (p < s.size() && (kClass.ident[static_cast<unsigned char>(s[p])] || s[p] == '.')) ++p;
+  p = skip_blank(s, p);
+  if (p >= s.size() || s[p] == '\n' || s[p] == '\r' || s[p] == ';' || s[p] == '#') tl_torch.imported = true;
+}
+
 bool on_torch_module(std::string_view s, std::size_t wb) {
-  std::size_t k = wb;
-  while (k > 0 && (s[k - 1] == ' ' || s[k - 1] == '\t' || s[k - 1] == '\\' || s[k - 1] == '\n' || s[k - 1] == '\r')) --k;
+  std::size_t k = back_over_blanks(s, wb);
   if (k == 0 || s[k - 1] != '.') return false;
-  --k;
-  while (k > 0 && (s[k - 1] == ' ' || s[k - 1] == '\t' || s[k - 1] == '\\' || s[k - 1] == '\n' || s[k - 1] == '\r')) --k;
+  k = back_over_blanks(s, k - 1);
   const std::size_t end = k;
   while (k > 0 && kClass.ident[static_cast<unsigned char>(s[k - 1])]) --k;
   const char before = previous(s, k);
-  return end - k == 5 && s.compare(k, 5, "torch") == 0 && before != '.' && before != kUnknown;
+  if (end - k != 5 || s.compare(k, 5, "torch") != 0 || before == '.' || before == kUnknown) return false;
+  tl_torch.assumed = true;  // checked at the end: the code must import torch
+  return true;
 }
 
 // Skips a string literal whose opening quote is at p; returns the offset after its closing quote
@@ -312,6 +344,9 @@ bool identifier_triggers(const Words& w, std::string_view s, std::size_t wb, std
       return keyword_trigger(s, wb, we, false);
     }
     case Trigger::op: return op_trigger(s, wb, we);
+    case Trigger::import:
+      note_import(s, we);
+      return false;
   }
   return false;
 }
@@ -429,31 +464,60 @@ bool scan_code(std::string_view s, std::size_t b, std::size_t e) {
   return false;
 }
 
-// The replacement fields of an f-string body [b, e) are code; the text around them is not (an
-// apostrophe in f"don't {x}" opens no string).
-bool scan_fields(std::string_view s, std::size_t b, std::size_t e) {
-  for (std::size_t i = b; i < e; ++i) {
-    if (s[i] != '{') continue;
-    if (i + 1 < e && s[i + 1] == '{') {
+// An f-string from its opening quote at p: its text is not code, its replacement fields are, and
+// (3.12, PEP 701, as the tokenizer) a field may hold strings in any quotes, f-strings included.
+// Returns the offset after the closing quote; `hit` when a field triggers or the literal is
+// unterminated.
+std::size_t skip_fstring(std::string_view s, std::size_t p, bool& hit) {
+  const std::size_t n = s.size();
+  const char q = s[p];
+  const bool triple = p + 2 < n && s[p + 1] == q && s[p + 2] == q;
+  std::size_t i = p + (triple ? 3 : 1);
+  while (i < n) {
+    const char c = s[i];
+    if (c == '\\') {
+      i += 2;
+    } else if (c == '\n' && !triple) {
+      break;  // unterminated
+    } else if (c == q && (!triple || (i + 2 < n && s[i + 1] == q && s[i + 2] == q))) {
+      return i + (triple ? 3 : 1);
+    } else if (c == '{' && i + 1 < n && s[i + 1] == '{') {
+      i += 2;
+    } else if (c == '{') {
+      // A field: to the matching '}', nested brackets counted and nested strings skipped whole.
+      const std::size_t fb = ++i;
+      int depth = 0;
+      while (i < n) {
+        const char d = s[i];
+        if (d == '"' || d == '\'') {
+          std::size_t k = i;
+          bool f = false;
+          while (k > fb && kClass.ident[static_cast<unsigned char>(s[k - 1])] && i - k < 2) --k;
+          for (std::size_t m = k; m < i; ++m) f |= (s[m] | 0x20) == 'f';
+          i = skip_string(s, i, f, hit);
+          if (hit) return n;
+          continue;
+        }
+        if (d == '{' || d == '(' || d == '[') ++depth;
+        else if ((d == ')' || d == ']') && depth > 0) --depth;
+        else if (d == '}' && depth-- == 0) break;
+        ++i;
+      }
+      if (scan_code(s, fb, std::min(i, n))) {
+        hit = true;
+        return n;
+      }
       ++i;
-      continue;
+    } else {
+      ++i;
     }
-    // The field runs to the matching '}' (nested brackets and braces counted).
-    int depth = 0;
-    std::size_t j = i + 1;
-    for (; j < e; ++j) {
-      const char c = s[j];
-      if (c == '{' || c == '(' || c == '[') ++depth;
-      else if ((c == ')' || c == ']') && depth > 0) --depth;
-      else if (c == '}' && depth-- == 0) break;
-    }
-    if (scan_code(s, i + 1, j)) return true;
-    i = j;
   }
-  return false;
+  hit = true;  // unterminated: let the tokenizer report it
+  return n;
 }
 
 std::size_t skip_string(std::string_view s, std::size_t p, bool fstring, bool& hit) {
+  if (fstring) return skip_fstring(s, p, hit);
   const std::size_t n = s.size();
   const char q = s[p];
   const bool triple = p + 2 < n && s[p + 1] == q && s[p + 2] == q;
@@ -511,7 +575,7 @@ std::size_t skip_string(std::string_view s, std::size_t p, bool fstring, bool& h
     hit = true;  // unterminated: let the tokenizer report it
     return n;
   }
-  if (fstring && scan_fields(s, body, body_end)) hit = true;
+  (void)fstring;
   return end;
 }
 
@@ -525,7 +589,9 @@ bool may_have_python_findings(std::string_view s) {
     if (k + 1 >= s.size() || s[k + 1] != '\n') return true;
     p = static_cast<const char*>(std::memchr(p + 1, '\r', s.size() - k - 1));
   }
-  return scan_code(s, 0, s.size());
+  tl_torch = {};
+  if (scan_code(s, 0, s.size())) return true;
+  return tl_torch.assumed && !tl_torch.imported;
 }
 
 }  // namespace lmcore::upgrade

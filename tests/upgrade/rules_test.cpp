@@ -333,6 +333,13 @@ TEST(UpgradePrefilter, NeverRulesOutAFileWithAFinding) {
       // Inside brackets a line end is white space, between a keyword and its `=` or a name and its `(`.
       "import torch\nt = torch.ones(2)\nt.softmax(dim\n          ='C')\n",
       "import torch\nt = torch.ones(2)\nx = (t.sum\n     ('C'))\n",
+      // Found by fuzzing: an import over a line end inside brackets, PEP 701 quotes in an f-string's
+      // field, torch.x when torch is not imported (an unknown receiver), a name after a line end.
+      "(from torch import sum as\ns(t, 'C'))\n",
+      "import torch\nt = torch.ones(2)\nprint(f\"{\"C\" + t.names}\")\n",
+      "torch.rename('A', 'B')\n",
+      "import torch\n.rename('A', 'B')\n",
+      "x = 'import torch'\ntorch.rename('A', 'B')\n",
       // Lone CR line ends: comments end there too.
       "import torch # x\rt = torch.ones(2)\rt.names\r",
       "import torch\nt = torch.ones(2)\nprint(f\"don't {t.sum('C')}\")\n",
