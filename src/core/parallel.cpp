@@ -2,6 +2,8 @@
 // takes chunks too, so num_threads() == 1 never touches the pool.
 #include "lmcore/core/parallel.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -138,10 +140,19 @@ class ThreadPool {
   std::exception_ptr error_;
 };
 
-ThreadPool& pool() {
-  static ThreadPool instance(default_threads());
-  return instance;
+// The pool lives behind a pointer so that a forked child can get a fresh one: fork() copies only the
+// calling thread, so the child's copy of the pool has no workers (its jobs would run serially on the
+// caller) and may hold a mutex some worker had locked. The child's old pool is abandoned, not destroyed
+// (its std::thread objects name threads that do not exist there).
+ThreadPool*& pool_slot() {
+  static ThreadPool* slot = [] {
+    ::pthread_atfork(nullptr, nullptr, [] { pool_slot() = new ThreadPool(pool_slot()->threads()); });
+    return new ThreadPool(default_threads());
+  }();
+  return slot;
 }
+
+ThreadPool& pool() { return *pool_slot(); }
 
 }  // namespace
 

@@ -17,6 +17,7 @@
 #include "lmcore/core/progress.h"
 #include "lmcore/core/runtime_info.h"
 #include "lmcore/dist/process_group.h"
+#include "lmcore/model/gemm_peak.h"
 #include "lmcore/model/llama.h"
 #include "lmcore/train/adamw.h"
 #include "lmcore/train/builtin_corpus.h"
@@ -76,21 +77,6 @@ ModelConfig default_config(std::int64_t vocab, std::int64_t eos, std::int64_t se
   c.eos_token_id = eos;
   c.bos_token_id = eos;
   return c;
-}
-
-// GEMM throughput of the compute dtype on this machine now (the MFU's denominator): the best of a few
-// 1024^3 products.
-double measure_peak_gflops(DType dtype) {
-  const std::int64_t n = 1024;
-  Tensor a = Tensor::full({n, n}, 0.5, dtype), b = Tensor::full({n, n}, 0.25, dtype);
-  double best = 0;
-  for (int i = 0; i < 6; ++i) {
-    const auto t = Clock::now();
-    (void)matmul(a, b);
-    const double s = seconds_since(t);
-    if (i >= 1) best = std::max(best, 2.0 * n * n * n / s / 1e9);
-  }
-  return best;
 }
 
 // Ranks that disagree on the model or the data would train silently different models or hang in a
@@ -296,7 +282,7 @@ TrainResult run_training(const TrainOptions& opts) {
   if (lead) fs::create_directories(o.out);
   std::unique_ptr<RunLog> log;
   if (lead) log = std::make_unique<RunLog>(log_path, /*append=*/!resume_dir.empty());
-  const double peak = measure_peak_gflops(o.dtype);
+  const double peak = model::gemm_peak_gflops(o.dtype);  // the MFU's denominator, through the layers' GEMM path
   // Sharded: what one step's communication costs with nothing to hide it (also warms the connections).
   const double comm_step_s = o.fsdp && !joined ? e.time_step_communication() : 0.0;
   // Per rank: its share of the step's flops over its own GEMM peak.
