@@ -25,6 +25,7 @@
 // options are the byte-level ones (no dropout, prefix/suffix or byte fallback); 4. normalizer null,
 // pre-tokenizer and decoder as above; 5. vocab and merges well-typed; 6. the checks of
 // TokenizerData::build (ids, byte tokens, merges in order, added tokens).
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -44,6 +45,10 @@ namespace lmcore::text {
 
 namespace {
 
+// Reading uses nlohmann::json, whose objects are std::maps: ordered_json's are vectors searched linearly
+// on every insertion, quadratic in a 128k-token vocabulary. Small parts are written with ordered_json
+// (HF's key order); the vocabulary and merges are written by hand, in id and rank order.
+using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 using detail::TokenizerData;
 
@@ -66,21 +71,21 @@ std::string read_file(const std::string& path, const char* what) {
 }
 
 // Check 1: JSON, depth-bounded, no repeated keys.
-ojson parse_json(std::string_view text, const std::string& name) {
+json parse_json(std::string_view text, const std::string& name) {
   LMCORE_CHECK(text.size() <= kMaxFileBytes, "{}: {} bytes of JSON, more than the {} this reader accepts", name,
                text.size(), kMaxFileBytes);
   std::vector<std::set<std::string>> keys;
   std::string duplicate;
-  ojson::parser_callback_t cb = [&](int depth, ojson::parse_event_t event, ojson& parsed) {
+  json::parser_callback_t cb = [&](int depth, json::parse_event_t event, json& parsed) {
     if (depth > kMaxDepth) fail("{}: JSON nested deeper than {} levels", name, kMaxDepth);
     switch (event) {
-      case ojson::parse_event_t::object_start:
+      case json::parse_event_t::object_start:
         keys.emplace_back();
         break;
-      case ojson::parse_event_t::object_end:
+      case json::parse_event_t::object_end:
         if (!keys.empty()) keys.pop_back();
         break;
-      case ojson::parse_event_t::key: {
+      case json::parse_event_t::key: {
         const std::string& k = parsed.get_ref<const std::string&>();
         if (!keys.empty() && !keys.back().insert(k).second && duplicate.empty()) duplicate = k;
         break;
@@ -90,41 +95,41 @@ ojson parse_json(std::string_view text, const std::string& name) {
     }
     return true;
   };
-  ojson j;
+  json j;
   try {
-    j = ojson::parse(text.begin(), text.end(), cb, /*allow_exceptions=*/true, /*ignore_comments=*/false);
-  } catch (const ojson::exception& e) {
+    j = json::parse(text.begin(), text.end(), cb, /*allow_exceptions=*/true, /*ignore_comments=*/false);
+  } catch (const json::exception& e) {
     fail("{}: not valid JSON: {}", name, e.what());
   }
   if (!duplicate.empty()) fail("{}: the key '{}' appears twice in one object", name, duplicate);
   return j;
 }
 
-std::string type_of(const ojson& j) {
+std::string type_of(const json& j) {
   if (j.is_object() && j.contains("type") && j["type"].is_string()) return j["type"].get<std::string>();
   return j.is_null() ? "null" : j.dump().substr(0, 80);
 }
 
-bool get_bool(const ojson& obj, const char* key, bool fallback, const std::string& where) {
+bool get_bool(const json& obj, const char* key, bool fallback, const std::string& where) {
   if (!obj.contains(key) || obj[key].is_null()) return fallback;
   LMCORE_CHECK(obj[key].is_boolean(), "{}: '{}' must be true or false, found {}", where, key, obj[key].dump());
   return obj[key].get<bool>();
 }
 
-const std::string& get_string(const ojson& obj, const char* key, const std::string& where) {
+const std::string& get_string(const json& obj, const char* key, const std::string& where) {
   LMCORE_CHECK(obj.is_object() && obj.contains(key), "{}: '{}' is missing", where, key);
   LMCORE_CHECK(obj[key].is_string(), "{}: '{}' must be a string, found {}", where, key, obj[key].dump().substr(0, 80));
   return obj[key].get_ref<const std::string&>();
 }
 
-std::uint32_t get_id(const ojson& v, const std::string& where) {
+std::uint32_t get_id(const json& v, const std::string& where) {
   LMCORE_CHECK(v.is_number_integer() && v.get<std::int64_t>() >= 0 && v.get<std::int64_t>() <= 0x7FFFFFFF,
                "{}: id must be an integer in [0, 2^31), found {}", where, v.dump().substr(0, 80));
   return static_cast<std::uint32_t>(v.get<std::int64_t>());
 }
 
 // ByteLevel step of a pre-tokenizer: (add_prefix_space, use_regex).
-void read_byte_level(const ojson& j, const std::string& where, PreTokenizerConfig& pre) {
+void read_byte_level(const json& j, const std::string& where, PreTokenizerConfig& pre) {
   pre.add_prefix_space = get_bool(j, "add_prefix_space", true, where);
   pre.byte_level_use_regex = get_bool(j, "use_regex", true, where);
 }
@@ -140,7 +145,7 @@ std::string literal_pattern(std::string_view s) {
 }
 
 // Check 4 (pre-tokenizer).
-PreTokenizerConfig read_pre_tokenizer(const ojson& j, const std::string& name) {
+PreTokenizerConfig read_pre_tokenizer(const json& j, const std::string& name) {
   const std::string where = name + ": pre_tokenizer";
   PreTokenizerConfig pre;
   const std::string type = type_of(j);
@@ -153,7 +158,7 @@ PreTokenizerConfig read_pre_tokenizer(const ojson& j, const std::string& name) {
                type);
   LMCORE_CHECK(j.contains("pretokenizers") && j["pretokenizers"].is_array(), "{}: Sequence without a 'pretokenizers' list",
                where);
-  const ojson& steps = j["pretokenizers"];
+  const json& steps = j["pretokenizers"];
   bool byte_level = false;
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const std::string w = fmt::format("{}.pretokenizers[{}]", where, i);
@@ -169,7 +174,7 @@ PreTokenizerConfig read_pre_tokenizer(const ojson& j, const std::string& name) {
     LMCORE_CHECK(behavior == "Isolated", "{}: Split behavior '{}' is not supported; expected Isolated", w, behavior);
     LMCORE_CHECK(!get_bool(steps[i], "invert", false, w), "{}: Split with invert: true is not supported", w);
     LMCORE_CHECK(steps[i].contains("pattern") && steps[i]["pattern"].is_object(), "{}: 'pattern' must be an object", w);
-    const ojson& p = steps[i]["pattern"];
+    const json& p = steps[i]["pattern"];
     if (p.contains("Regex")) {
       pre.splits.emplace_back(get_string(p, "Regex", w + ".pattern"));
     } else {
@@ -180,7 +185,7 @@ PreTokenizerConfig read_pre_tokenizer(const ojson& j, const std::string& name) {
   return pre;
 }
 
-std::pair<std::string, std::string> read_merge(const ojson& m, std::size_t r, const std::string& name) {
+std::pair<std::string, std::string> read_merge(const json& m, std::size_t r, const std::string& name) {
   if (m.is_string()) {
     const std::string& s = m.get_ref<const std::string&>();
     const std::size_t sp = s.find(' ');
@@ -194,11 +199,11 @@ std::pair<std::string, std::string> read_merge(const ojson& m, std::size_t r, co
 }
 
 Tokenizer parse_tokenizer_json(std::string_view text, const std::string& name) {
-  const ojson j = parse_json(text, name);
+  const json j = parse_json(text, name);
   LMCORE_CHECK(j.is_object(), "{}: expected a JSON object at the top, found {}", name, j.type_name());
   // Check 2: the model type.
   LMCORE_CHECK(j.contains("model") && j["model"].is_object(), "{}: no 'model' object", name);
-  const ojson& model = j["model"];
+  const json& model = j["model"];
   std::string type;
   if (model.contains("type")) {
     type = get_string(model, "type", name + ": model");
@@ -241,6 +246,7 @@ Tokenizer parse_tokenizer_json(std::string_view text, const std::string& name) {
   std::vector<std::pair<std::string, std::uint32_t>> vocab;
   vocab.reserve(model["vocab"].size());
   for (const auto& [tok, id] : model["vocab"].items()) vocab.emplace_back(tok, get_id(id, fmt::format("{}: vocab '{}'", name, tok.substr(0, 80))));
+  std::stable_sort(vocab.begin(), vocab.end(), [](const auto& x, const auto& y) { return x.second < y.second; });
   std::vector<std::pair<std::string, std::string>> merges;
   merges.reserve(model["merges"].size());
   for (std::size_t r = 0; r < model["merges"].size(); ++r) merges.push_back(read_merge(model["merges"][r], r, name));
@@ -248,7 +254,7 @@ Tokenizer parse_tokenizer_json(std::string_view text, const std::string& name) {
   if (j.contains("added_tokens") && !j["added_tokens"].is_null()) {
     LMCORE_CHECK(j["added_tokens"].is_array(), "{}: 'added_tokens' must be a list", name);
     for (std::size_t i = 0; i < j["added_tokens"].size(); ++i) {
-      const ojson& a = j["added_tokens"][i];
+      const json& a = j["added_tokens"][i];
       const std::string w = fmt::format("{}: added_tokens[{}]", name, i);
       LMCORE_CHECK(a.is_object() && a.contains("id"), "{}: expected an object with 'id' and 'content'", w);
       AddedToken t;
@@ -328,31 +334,34 @@ std::string Tokenizer::to_json() const {
   }
   j["post_processor"] = ojson::parse(d.post_processor_json);
   j["decoder"] = byte_level_json(true, true);
-  ojson model;
-  model["type"] = "BPE";
-  model["dropout"] = nullptr;
-  model["unk_token"] = ojson::parse(d.unk_token_json);
-  model["continuing_subword_prefix"] = nullptr;
-  model["end_of_word_suffix"] = nullptr;
-  model["fuse_unk"] = d.fuse_unk;
-  model["byte_fallback"] = false;
-  model["ignore_merges"] = d.ignore_merges;
-  ojson vocab = ojson::object();
-  for (const auto& [tok, id] : d.vocab) vocab[tok] = id;
-  model["vocab"] = std::move(vocab);
-  bool spaces = false;
+  // The model, by hand: {"type": ..., "vocab": {...}, "merges": [...]} at HF's indentation.
+  auto quoted = [](std::string_view t) { return json(t).dump(); };
+  std::string m = ",\n  \"model\": {\n";
+  m += "    \"type\": \"BPE\",\n    \"dropout\": null,\n";
+  m += "    \"unk_token\": " + json::parse(d.unk_token_json).dump() + ",\n";
+  m += "    \"continuing_subword_prefix\": null,\n    \"end_of_word_suffix\": null,\n";
+  m += fmt::format("    \"fuse_unk\": {},\n    \"byte_fallback\": false,\n    \"ignore_merges\": {},\n",
+                   d.fuse_unk, d.ignore_merges);
+  m += "    \"vocab\": {";
+  for (std::size_t i = 0; i < d.vocab.size(); ++i)
+    m += (i ? ",\n      " : "\n      ") + quoted(d.vocab[i].first) + ": " + std::to_string(d.vocab[i].second);
+  m += d.vocab.empty() ? "},\n" : "\n    },\n";
   std::vector<const std::string*> names(d.kind.size(), nullptr);
   for (const auto& [tok, id] : d.vocab) names[id] = &tok;
+  bool spaces = false;  // a token with a space cannot be written as "a b"
   for (const auto& [a, b] : d.merges)
     if (names[a]->find(' ') != std::string::npos || names[b]->find(' ') != std::string::npos) spaces = true;
-  ojson merges = ojson::array();
-  for (const auto& [a, b] : d.merges) {
-    if (spaces) merges.push_back(ojson::array({*names[a], *names[b]}));
-    else merges.push_back(*names[a] + " " + *names[b]);
+  m += "    \"merges\": [";
+  for (std::size_t r = 0; r < d.merges.size(); ++r) {
+    const auto& [a, b] = d.merges[r];
+    m += r ? ",\n      " : "\n      ";
+    m += spaces ? "[" + quoted(*names[a]) + ", " + quoted(*names[b]) + "]" : quoted(*names[a] + " " + *names[b]);
   }
-  model["merges"] = std::move(merges);
-  j["model"] = std::move(model);
-  return j.dump(2) + "\n";
+  m += d.merges.empty() ? "]\n  }\n}\n" : "\n    ]\n  }\n}\n";
+  std::string out = j.dump(2);
+  out.pop_back();  // the closing brace: the model follows
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out + m;
 }
 
 void Tokenizer::save(const std::string& path) const {
@@ -363,11 +372,12 @@ void Tokenizer::save(const std::string& path) const {
 }
 
 Tokenizer Tokenizer::from_gpt2_files(const std::string& vocab_json, const std::string& merges_txt) {
-  const ojson j = parse_json(read_file(vocab_json, "vocab.json"), vocab_json);
+  const json j = parse_json(read_file(vocab_json, "vocab.json"), vocab_json);
   LMCORE_CHECK(j.is_object(), "{}: expected a JSON object of token -> id, found {}", vocab_json, j.type_name());
   std::vector<std::pair<std::string, std::uint32_t>> vocab;
   vocab.reserve(j.size());
   for (const auto& [tok, id] : j.items()) vocab.emplace_back(tok, get_id(id, fmt::format("{}: '{}'", vocab_json, tok.substr(0, 80))));
+  std::stable_sort(vocab.begin(), vocab.end(), [](const auto& x, const auto& y) { return x.second < y.second; });
   const std::string text = read_file(merges_txt, "merges.txt");
   std::vector<std::pair<std::string, std::string>> merges;
   std::istringstream in(text);
@@ -403,13 +413,18 @@ Tokenizer Tokenizer::from_gpt2_files(const std::string& vocab_json, const std::s
 
 void Tokenizer::save_gpt2(const std::string& vocab_json, const std::string& merges_txt) const {
   const TokenizerData& d = *d_;
-  ojson v = ojson::object();
-  for (const auto& [tok, id] : d.vocab) v[tok] = id;
-  for (const AddedToken& a : d.added)
-    if (!v.contains(a.content)) v[a.content] = a.id;
+  std::string v = "{";
+  std::set<std::string> written;
+  auto entry = [&](const std::string& tok, std::uint32_t id) {
+    if (!written.insert(tok).second) return;
+    v += (v.size() > 1 ? ", " : "") + json(tok).dump() + ": " + std::to_string(id);
+  };
+  for (const auto& [tok, id] : d.vocab) entry(tok, id);
+  for (const AddedToken& a : d.added) entry(a.content, a.id);
+  v += "}\n";
   {
     io::detail::AtomicFile out(vocab_json);
-    out.write(v.dump() + "\n");
+    out.write(v);
     out.commit();
   }
   std::vector<const std::string*> names(d.kind.size(), nullptr);
