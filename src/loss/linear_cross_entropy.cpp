@@ -1,10 +1,14 @@
 // The fused linear cross-entropy: tiles of logits from sgemm/dgemm, folded into a running logsumexp
 // per token, and the backward from recomputed tiles. See include/lmcore/loss/linear_cross_entropy.h.
+// bf16 hidden and weight with f32 accumulation run the three products on the matrix units instead
+// (gemm_lowp, oneDNN: operands In = bf16 as given, f32 logits and sums), where the CPU has them.
 //
-// Buffers (T rows per token tile, C vocabulary columns per chunk, P weight rows per panel):
+// Buffers (T rows per token tile, C vocabulary columns per chunk, P weight rows per panel; In is Acc,
+// or bf16 on the matrix units):
 //   tile   [T, C]  logits, then d_logits in place
-//   hrows  [T, H]  the tile's hidden rows in Acc (only when hidden is not Acc or not row-contiguous)
-//   wpanel [P, H]  weight rows in Acc (only when weight is not Acc or not row-contiguous)
+//   tlow   [T, C]  d_logits rounded to bf16 for the gradient products (matrix units only)
+//   hrows  [T, H]  the tile's hidden rows in In (only when hidden is not In or not row-contiguous)
+//   wpanel [P, H]  weight rows in In (only when weight is not In or not row-contiguous)
 //   dh     [T, H]  d_hidden of the tile in Acc (only when hidden is not Acc)
 //   dw     [V, H]  d_weight in Acc (only when the caller's d_weight is not Acc or not row-contiguous)
 #include "lmcore/loss/linear_cross_entropy.h"
@@ -15,6 +19,7 @@
 #include <vector>
 
 #include "lmcore/core/copy.h"
+#include "lmcore/core/gemm_lowp.h"
 #include "lmcore/core/matmul.h"
 #include "lmcore/core/parallel.h"
 #include "src/loss/loss_common.h"
@@ -39,6 +44,18 @@ void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, cons
   }
   if constexpr (std::is_same_v<Acc, float>) gemm_f32(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
   else gemm_f64(ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
+}
+
+// bf16 operands on the matrix units, f32 C (k == 0 included: gemm_lowp scales C by beta).
+void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const bf16* a, std::int64_t lda,
+          const bf16* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
+  gemm_lowp(DType::bf16, DType::f32, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+}
+
+// Whether bf16 hidden/weight with f32 accumulation run their products on the matrix units (In = bf16).
+bool lce_on_matrix_units(const Tensor& hidden, const Tensor& weight, DType accumulate) {
+  return accumulate == DType::f32 && hidden.dtype() == DType::bf16 && weight.dtype() == DType::bf16 &&
+         lowp_gemm_path(DType::bf16) == LowpGemmPath::onednn;
 }
 
 // A 2-D [rows, H] operand read as Acc rows: directly when it already is Acc with unit column
@@ -86,8 +103,15 @@ struct GradSinks {
 // must be converted): logits[:, slice] = h @ W[slice]^T; d_hidden_p += d_logits[:, slice] @ W[slice]
 // (a partial sum per slice, added up in slice order at the end of the token tile, so results depend
 // on the thread count only through that order); d_weight[slice] += d_logits[:, slice]^T @ h.
-template <typename Acc>
+//
+// In is the operand type of the products: Acc itself (hidden and weight converted to Acc when they
+// are not), or bf16 with Acc = f32 on the matrix units: hidden and weight are used as they are, the
+// logits come out in f32, and the f32 d_logits are rounded to bf16 (tile_low_) right before the two
+// gradient products, whose sums stay f32 (d_hidden and d_weight in Acc).
+template <typename Acc, typename In = Acc>
 class FusedLce {
+  static constexpr bool kLowp = !std::is_same_v<Acc, In>;
+
  public:
   FusedLce(const Tensor& hidden, const Tensor& weight, const LossSetup<Acc>& S, const loss_detail::Tiling& tiling)
       : S_(S),
@@ -95,22 +119,36 @@ class FusedLce {
         n_(hidden.size(0)),
         h_(hidden.size(1)),
         v_(weight.size(0)),
-        pieces_(std::max(1, num_threads())),
+        // On the matrix units every product is one call from this thread (gemm_lowp spreads it over
+        // the pool), so there is a single slice and a single weight source.
+        pieces_(kLowp ? 1 : std::max(1, num_threads())),
         hsrc_(hidden, tiling.rows),
         tile_(tiling.rows * tiling.cols) {
+    if constexpr (kLowp) tile_low_ = Buffer<In>(tiling.rows * tiling.cols);
     wsrc_.reserve(static_cast<std::size_t>(pieces_));
     for (int p = 0; p < pieces_; ++p) wsrc_.emplace_back(weight, tiling.panel);
   }
 
   // Logits of the tile's t token rows and vocabulary columns [j0, j0 + c) into tile_ (ld c), bias
   // and softcap applied.
-  void compute_logits(const Acc* hb, std::int64_t ldh, std::int64_t t, std::int64_t j0, std::int64_t c) {
+  void compute_logits(const In* hb, std::int64_t ldh, std::int64_t t, std::int64_t j0, std::int64_t c) {
     Acc* tile = tile_.data();
-    for_each_panel(j0, c, [&](int p, std::int64_t p0, std::int64_t pn) {
-      std::int64_t ldw = 0;
-      const Acc* w = wsrc_[static_cast<std::size_t>(p)].rows(p0, pn, &ldw);
-      gemm<Acc>(false, true, t, pn, h_, hb, ldh, w, ldw, Acc(0), tile + (p0 - j0), c);
-    });
+    if constexpr (kLowp) {
+      // One product per panel (one for the whole chunk unless W needs converting) from this thread:
+      // gemm_lowp cuts it over the pool by token rows, so every block of C is dense (no staging).
+      for (std::int64_t p0 = j0; p0 < j0 + c; p0 += tiling_.panel) {
+        const std::int64_t pn = std::min(tiling_.panel, j0 + c - p0);
+        std::int64_t ldw = 0;
+        const In* w = wsrc_[0].rows(p0, pn, &ldw);
+        gemm(false, true, t, pn, h_, hb, ldh, w, ldw, Acc(0), tile + (p0 - j0), c);
+      }
+    } else {
+      for_each_panel(j0, c, [&](int p, std::int64_t p0, std::int64_t pn) {
+        std::int64_t ldw = 0;
+        const In* w = wsrc_[static_cast<std::size_t>(p)].rows(p0, pn, &ldw);
+        gemm(false, true, t, pn, h_, hb, ldh, w, ldw, Acc(0), tile + (p0 - j0), c);
+      });
+    }
     if (S_.bias || S_.cap > 0)
       parallel_for(0, t, 4, [&](std::int64_t lo, std::int64_t hi) {
         for (std::int64_t r = lo; r < hi; ++r) loss_detail::transform_logits(S_, tile + r * c, j0, c);
@@ -119,25 +157,48 @@ class FusedLce {
 
   // Adds the contributions of the d_logits in tile_ (t token rows, columns [j0, j0 + c)): d_hidden
   // into per-slice partial sums (see finish_dh), d_weight and d_bias into the sinks.
-  void accumulate_grads(const Acc* hb, std::int64_t ldh, std::int64_t t, std::int64_t j0, std::int64_t c,
+  void accumulate_grads(const In* hb, std::int64_t ldh, std::int64_t t, std::int64_t j0, std::int64_t c,
                         const GradSinks<Acc>& sinks) {
-    const Acc* dz = tile_.data();
+    const Acc* dz_acc = tile_.data();
     const std::int64_t ldd = std::max<std::int64_t>(h_, 1);
-    for_each_panel(j0, c, [&](int p, std::int64_t p0, std::int64_t pn) {
-      std::int64_t ldw = 0;
-      const Acc* w = wsrc_[static_cast<std::size_t>(p)].rows(p0, pn, &ldw);
-      // d_hidden_p[t, H] += d_logits[t, pn] @ W[pn, H]
-      gemm<Acc>(false, false, t, h_, pn, dz + (p0 - j0), c, w, ldw, Acc(1), dh_of(p, sinks), ldd);
-      // d_weight[pn, H] += d_logits[t, pn]^T @ hidden[t, H]
-      if (sinks.dw)
-        gemm<Acc>(true, false, pn, h_, t, dz + (p0 - j0), c, hb, ldh, Acc(1), sinks.dw + p0 * sinks.dw_ld,
-                  sinks.dw_ld);
+    if constexpr (kLowp) {
+      // d_logits rounded to bf16 once, then whole-chunk products from this thread (gemm_lowp cuts
+      // them over the pool: d_hidden by token rows, d_weight by vocabulary rows), sums in f32.
+      parallel_for(0, t, 16, [&](std::int64_t lo, std::int64_t hi) {
+        cast_f32_to_lowp(dtype_of<In>, tile_low_.data() + lo * c, dz_acc + lo * c, (hi - lo) * c);
+      });
+      const In* dz = tile_low_.data();
+      for (std::int64_t p0 = j0; p0 < j0 + c; p0 += tiling_.panel) {
+        const std::int64_t pn = std::min(tiling_.panel, j0 + c - p0);
+        std::int64_t ldw = 0;
+        const In* w = wsrc_[0].rows(p0, pn, &ldw);
+        // d_hidden[t, H] += d_logits[t, pn] @ W[pn, H];  d_weight[pn, H] += d_logits[t, pn]^T @ hidden[t, H]
+        gemm(false, false, t, h_, pn, dz + (p0 - j0), c, w, ldw, Acc(1), sinks.dh, ldd);
+        if (sinks.dw)
+          gemm(true, false, pn, h_, t, dz + (p0 - j0), c, hb, ldh, Acc(1), sinks.dw + p0 * sinks.dw_ld, sinks.dw_ld);
+      }
       if (sinks.db)
-        for (std::int64_t r = 0; r < t; ++r) {
-          const Acc* row = dz + r * c + (p0 - j0);
-          for (std::int64_t j = 0; j < pn; ++j) sinks.db[p0 + j] += row[j];
-        }
-    });
+        parallel_for(0, c, 256, [&](std::int64_t lo, std::int64_t hi) {
+          for (std::int64_t r = 0; r < t; ++r)
+            for (std::int64_t j = lo; j < hi; ++j) sinks.db[j0 + j] += dz_acc[r * c + j];
+        });
+    } else {
+      const Acc* dz = dz_acc;
+      for_each_panel(j0, c, [&](int p, std::int64_t p0, std::int64_t pn) {
+        std::int64_t ldw = 0;
+        const In* w = wsrc_[static_cast<std::size_t>(p)].rows(p0, pn, &ldw);
+        // d_hidden_p[t, H] += d_logits[t, pn] @ W[pn, H]
+        gemm(false, false, t, h_, pn, dz + (p0 - j0), c, w, ldw, Acc(1), dh_of(p, sinks), ldd);
+        // d_weight[pn, H] += d_logits[t, pn]^T @ hidden[t, H]
+        if (sinks.dw)
+          gemm(true, false, pn, h_, t, dz + (p0 - j0), c, hb, ldh, Acc(1), sinks.dw + p0 * sinks.dw_ld, sinks.dw_ld);
+        if (sinks.db)
+          for (std::int64_t r = 0; r < t; ++r) {
+            const Acc* row = dz_acc + r * c + (p0 - j0);
+            for (std::int64_t j = 0; j < pn; ++j) sinks.db[p0 + j] += row[j];
+          }
+      });
+    }
   }
 
   // Zeroes the other slices' partial d_hidden sums for a tile of t rows (slice 0 adds straight into
@@ -174,7 +235,7 @@ class FusedLce {
     for (std::int64_t i0 = 0; i0 < n_; i0 += T) {
       const std::int64_t t = std::min(T, n_ - i0);
       std::int64_t ldh = 0;
-      const Acc* hb = hsrc_.rows(i0, t, &ldh);
+      const In* hb = hsrc_.rows(i0, t, &ldh);
       if (backward) {
         sinks.dh = store_dh.begin(i0, t);
         begin_dh(t);
@@ -250,9 +311,10 @@ class FusedLce {
   loss_detail::Tiling tiling_;
   std::int64_t n_, h_, v_;
   int pieces_;
-  RowSource<Acc> hsrc_;
-  std::vector<RowSource<Acc>> wsrc_;  // one per slice: each converts its own panels
+  RowSource<In> hsrc_;
+  std::vector<RowSource<In>> wsrc_;  // one per slice: each converts its own panels
   Buffer<Acc> tile_;
+  Buffer<In> tile_low_;  // d_logits rounded to In for the gradient products (kLowp only)
   Buffer<Acc> dh_parts_;  // (pieces - 1) x [T, H]
 };
 
@@ -294,17 +356,21 @@ struct NoDh {
 };
 
 // Forward and/or backward. Returns the loss (when forward) and d_hidden (when grad_loss is defined).
-template <typename Acc>
+template <typename Acc, typename In = Acc>
 LinearCrossEntropyOutput run_fused(const char* op, const Tensor& hidden, const Tensor& weight,
                                    const Tensor& target, const LossOptions& options, bool forward,
                                    const Tensor& grad_loss, const Tensor& lse_in, Tensor d_weight, Tensor d_bias) {
   const std::int64_t n = hidden.size(0), h = hidden.size(1), v = weight.size(0);
   const LossSetup<Acc> S = loss_detail::make_setup<Acc>(op, n, v, target, options, true);
   const bool backward = grad_loss.defined();
+  // On the matrix units the tile has a bf16 twin (the rounded d_logits): both count against the budget.
+  constexpr bool kLowp = !std::is_same_v<Acc, In>;
+  const std::size_t tile_bytes = sizeof(Acc) + (kLowp ? sizeof(In) : 0);
   const loss_detail::Tiling tiling =
-      loss_detail::choose_tiling(op, n, h, v, sizeof(Acc), options,
-                                 hidden.dtype() != dtype_of<Acc> || weight.dtype() != dtype_of<Acc>, num_threads());
-  FusedLce<Acc> kernel(hidden, weight, S, tiling);
+      loss_detail::choose_tiling(op, n, h, v, tile_bytes, options,
+                                 hidden.dtype() != dtype_of<In> || weight.dtype() != dtype_of<In>,
+                                 kLowp ? 1 : num_threads());
+  FusedLce<Acc, In> kernel(hidden, weight, S, tiling);
 
   LinearCrossEntropyOutput out;
   Tensor lse;
@@ -379,6 +445,8 @@ LinearCrossEntropyOutput dispatch(const char* op, const Tensor& hidden, const Te
   LMCORE_CHECK(options.accumulate == DType::f32 || options.accumulate == DType::f64,
                "{}: accumulate must be f32 or f64, found {}", op, options.accumulate);
   if (options.accumulate == DType::f64) return run_fused<double>(op, hidden, weight, std::forward<Args>(args)...);
+  if (lce_on_matrix_units(hidden, weight, options.accumulate))
+    return run_fused<float, bf16>(op, hidden, weight, std::forward<Args>(args)...);
   return run_fused<float>(op, hidden, weight, std::forward<Args>(args)...);
 }
 

@@ -131,8 +131,16 @@ def test_f32_default_accumulation_and_separate_backward(chunk_size):
     close_within("f32 d_bias", d_bias, ref["d_bias"], f32, *GRAD)
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_low_precision_inputs_against_torch_f64(dtype):
+@pytest.mark.parametrize("dtype,onednn", [(torch.bfloat16, True), (torch.bfloat16, False), (torch.float16, True)])
+def test_low_precision_inputs_against_torch_f64(dtype, onednn):
+    lmcore.set_lowp_gemm_onednn(onednn)
+    try:
+        check_low_precision_inputs(dtype)
+    finally:
+        lmcore.set_lowp_gemm_onednn(True)
+
+
+def check_low_precision_inputs(dtype):
     n, h, v = 40, 64, 257
     hidden, weight, bias, cw, target = make(n, h, v, seed=21, dtype=dtype)
     ref = torch_reference(hidden.double(), weight.double(), target, bias=None, class_weight=None, reduction="mean",
@@ -146,6 +154,14 @@ def test_low_precision_inputs_against_torch_f64(dtype):
     name = str(dtype)[6:]
     close_within(f"{name} loss", loss, ref["loss"], torch.float32, *LOSS)
     close_within(f"{name} lse", lse, ref["lse"], torch.float32, *LSE)
+    if dtype == torch.bfloat16 and lmcore.lowp_gemm_path("bf16") == "onednn":
+        # On the matrix units d_logits enter the two gradient products rounded to bf16 (the products
+        # take bf16 operands; their sums stay f32): bounds in bf16's epsilon, measured 0.37 (d_hidden)
+        # and 0.27 (d_weight, f32 sums) eps max|want|; bounds 5/8 (d_hidden is itself rounded to bf16)
+        # and 3/8, r = 0, each rejecting a 1% error.
+        close_within(f"{name} d_hidden", d_hidden, ref["d_hidden"], dtype, 5 / 8, 0)
+        close_within(f"{name} d_weight", d_weight, ref["d_weight"], dtype, 3 / 8, 0)
+        return
     close_within(f"{name} d_hidden", d_hidden, ref["d_hidden"], dtype, 1 / 64 if dtype == torch.bfloat16 else 1 / 8, 0.5)
     close_within(f"{name} d_weight", d_weight, ref["d_weight"], torch.float32, *GRAD)
 

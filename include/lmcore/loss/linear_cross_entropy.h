@@ -33,6 +33,16 @@
 //
 // Precision: every GEMM and reduction runs in options.accumulate (f32 or f64); d_weight is summed
 // over all tokens in that type and rounded once into d_weight (bf16 inputs never accumulate in bf16).
+//
+// Matrix units: bf16 hidden and weight with f32 accumulation, on a CPU where core/gemm_lowp.h takes
+// bf16 to oneDNN (AMX or AVX-512 BF16), run the three products there instead: hidden and weight are
+// read as they are (no f32 copies), logits come out in f32 (exact products, f32 sums), the loss,
+// logsumexp and d_logits stay f32, and d_logits are rounded to bf16 right before the two gradient
+// products (as FlashAttention rounds P), whose sums stay f32. The error of d_hidden and d_weight is
+// then at bf16's rounding floor (about eps_bf16/2 of max|want|) rather than f32's. Each product is
+// one gemm_lowp call spread over the pool; the tile's bf16 copy of d_logits counts against
+// memory_budget (T = budget / (V * 6) rows). set_lowp_gemm_onednn(false) or LMCORE_ONEDNN=0 gives
+// the widened f32 path above.
 #pragma once
 
 #include "lmcore/core/tensor.h"
