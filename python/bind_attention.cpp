@@ -81,6 +81,9 @@ void bind_attention(py::module_& m) {
       .def_static("from_function", [](py::function fn) { return mask_from_callable(std::move(fn)); }, py::arg("fn"))
       .def("__and__", [](const MaskMod& a, const py::object& b) { return a & to_mask(b); })
       .def("__or__", [](const MaskMod& a, const py::object& b) { return a | to_mask(b); })
+      // callable & MaskMod: Python asks the right operand when the left (a function) has no __and__.
+      .def("__rand__", [](const MaskMod& b, const py::object& a) { return to_mask(a) & b; })
+      .def("__ror__", [](const MaskMod& b, const py::object& a) { return to_mask(a) | b; })
       .def("__invert__", [](const MaskMod& a) { return !a; })
       .def("allowed", &MaskMod::allowed, py::arg("b"), py::arg("h"), py::arg("q_idx"), py::arg("kv_idx"))
       .def("__repr__", [](const MaskMod& a) { return "MaskMod(" + a.describe() + ")"; });

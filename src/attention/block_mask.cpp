@@ -65,7 +65,7 @@ double BlockMask::element_density() const {
 
 std::string BlockMask::describe() const {
   return fmt::format("BlockMask({}, B={}, H={}, L={}, S={}, blocks {}x{}: {} partial + {} full of {} ({:.4f}), {} bytes)",
-                     mask.describe(), batch, heads, q_len, kv_len, q_block, kv_block, partial.total_blocks(),
+                     mask.describe(), built_batch, built_heads, q_len, kv_len, q_block, kv_block, partial.total_blocks(),
                      full.total_blocks(), batch * heads * num_q_blocks * num_kv_blocks, block_density(), bytes());
 }
 
@@ -157,9 +157,12 @@ void finish(BlockMask& bm, std::vector<std::vector<BlockRun>>& partial, std::vec
 BlockMask create_block_mask(const MaskMod& mask, std::int64_t batch, std::int64_t heads, std::int64_t q_len,
                             std::int64_t kv_len, std::int64_t q_block, std::int64_t kv_block) {
   check_sizes("create_block_mask", batch, heads, q_len, kv_len, q_block, kv_block);
+  const std::int64_t built_batch = batch, built_heads = heads;
   // A mask that ignores (b, h) is built once and broadcast.
   if (mask.independent_of_batch_and_head()) batch = heads = 1;
   BlockMask bm = skeleton(mask, batch, heads, q_len, kv_len, q_block, kv_block);
+  bm.built_batch = built_batch;
+  bm.built_heads = built_heads;
   const std::int64_t rows = batch * heads * bm.num_q_blocks;
   std::vector<std::vector<BlockRun>> partial(static_cast<std::size_t>(rows)), full(static_cast<std::size_t>(rows));
   parallel_for(0, rows, 16, [&](std::int64_t lo, std::int64_t hi) {
@@ -194,8 +197,12 @@ BlockMask full_block_mask(std::int64_t q_len, std::int64_t kv_len, std::int64_t 
 BlockMask dense_block_mask(const MaskMod& mask, std::int64_t batch, std::int64_t heads, std::int64_t q_len,
                            std::int64_t kv_len, std::int64_t q_block, std::int64_t kv_block) {
   check_sizes("dense_block_mask", batch, heads, q_len, kv_len, q_block, kv_block);
+  const std::int64_t built_batch = batch, built_heads = heads;
+  // A mask that ignores (b, h) is built once and broadcast.
   if (mask.independent_of_batch_and_head()) batch = heads = 1;
   BlockMask bm = skeleton(mask, batch, heads, q_len, kv_len, q_block, kv_block);
+  bm.built_batch = built_batch;
+  bm.built_heads = built_heads;
   std::vector<std::vector<BlockRun>> partial(static_cast<std::size_t>(batch * heads * bm.num_q_blocks)),
       full(partial.size());
   if (bm.num_kv_blocks > 0)

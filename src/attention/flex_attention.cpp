@@ -58,10 +58,14 @@ void check_block_mask(const BlockMask& bm, const AttentionShape& sh, const char*
   LMCORE_CHECK(bm.q_len == sh.q_len && bm.kv_len == sh.kv_len,
                "{}: block mask was built for L = {}, S = {}, but q has L = {} and k has S = {}", op, bm.q_len,
                bm.kv_len, sh.q_len, sh.kv_len);
-  LMCORE_CHECK(bm.batch == 1 || bm.batch == sh.batch, "{}: block mask batch {} must be 1 or {}", op, bm.batch,
-               sh.batch);
-  LMCORE_CHECK(bm.heads == 1 || bm.heads == sh.q_heads, "{}: block mask heads {} must be 1 or Hq = {}", op,
-               bm.heads, sh.q_heads);
+  // built_*: what it was made for, even when its lists are shared across (b, h).
+  LMCORE_CHECK(bm.built_batch == 1 || bm.built_batch == sh.batch,
+               "{}: block mask was built for batch B = {}, expected 1 or q's batch {}", op, bm.built_batch, sh.batch);
+  LMCORE_CHECK(bm.built_heads == 1 || bm.built_heads == sh.q_heads,
+               "{}: block mask was built for H = {} heads, expected 1 or q's heads Hq = {}", op, bm.built_heads,
+               sh.q_heads);
+  LMCORE_ASSERT(bm.batch == 1 || bm.batch == bm.built_batch);
+  LMCORE_ASSERT(bm.heads == 1 || bm.heads == bm.built_heads);
   LMCORE_ASSERT_EQ(bm.partial.rows(), bm.batch * bm.heads * bm.num_q_blocks);
   LMCORE_ASSERT_EQ(bm.partial_t.rows(), bm.batch * bm.heads * bm.num_kv_blocks);
 }

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "lmcore/core/error.h"
@@ -54,6 +55,7 @@ class ThreadPool {
       next_.store(0);
       done_ = 0;
       error_ = nullptr;
+      failed_.store(false);
       ++generation_;
     }
     wake_.notify_all();
@@ -63,7 +65,13 @@ class ThreadPool {
     // with a straggler of this one.
     finished_.wait(lock, [&] { return done_ == total_ && active_ == 0; });
     job_ = nullptr;
-    if (error_) std::rethrow_exception(error_);
+    // The pool must not keep the exception after handing it on: it may own objects of the caller
+    // (a Python exception and its traceback, released under the GIL), and a pool that outlives the
+    // interpreter would destroy them at exit, after Python is gone (a hang at exit).
+    if (std::exception_ptr error = std::exchange(error_, nullptr)) {
+      lock.unlock();
+      std::rethrow_exception(error);
+    }
   }
 
  private:
@@ -109,11 +117,16 @@ class ThreadPool {
     t_in_parallel = true;
     std::int64_t finished_here = 0;
     for (std::int64_t c = next_.fetch_add(1); c < total; c = next_.fetch_add(1)) {
-      try {
-        (*job)(c);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (!error_) error_ = std::current_exception();
+      // After a failure the remaining chunks are only counted: their work would be thrown away, and
+      // a chunk that calls back into Python would keep the caller waiting for nothing.
+      if (!failed_.load(std::memory_order_relaxed)) {
+        try {
+          (*job)(c);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(mutex_);
+          if (!error_) error_ = std::current_exception();
+          failed_.store(true, std::memory_order_relaxed);
+        }
       }
       ++finished_here;
     }
@@ -138,6 +151,7 @@ class ThreadPool {
   std::uint64_t generation_ = 0;
   bool stopping_ = false;
   std::exception_ptr error_;
+  std::atomic<bool> failed_{false};  // a chunk of the current job threw
 };
 
 // The pool lives behind a pointer so that a forked child can get a fresh one: fork() copies only the

@@ -143,7 +143,8 @@ LossResult finish_loss(const LossSetup<Acc>& S, const Acc* ce, const Acc* zl, Te
   double ce_total = ce_sum, zl_total = zl_sum;
   if (S.reduction == Reduction::mean) {
     ce_total = ce_sum / S.ce_denom;  // 0 / 0 = NaN when every token is ignored, as in torch
-    zl_total = zl_sum / S.z_denom;
+    // The z-loss term is 0 when it is off, even with every token ignored (it is not a 0 / 0 then).
+    zl_total = S.z_scale == Acc(0) ? 0.0 : zl_sum / S.z_denom;
   }
   r.loss = Tensor::full({}, ce_total + zl_total, acc);
   r.z_loss = Tensor::full({}, zl_total, acc);

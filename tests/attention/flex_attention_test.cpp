@@ -23,6 +23,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <tuple>
 
 #include "lmcore/attention/reference.h"
 #include "lmcore/core/gemm_lowp.h"
@@ -338,6 +340,46 @@ TEST(FlexAttention, Validation) {
   FlexOptions alibi;
   alibi.score_mod = ScoreMod::alibi({0.5f});  // one slope, two heads
   EXPECT_THROW(flex_attention(q2, k, v, alibi), Error);
+}
+
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(FlexAttention, MaskBuiltForAnotherBatchOrHeadCountIsAnError) {
+  // q [2, 2, 8, 4]; masks built for B = 3 or H = 4 must be refused whether the mask depends on (b, h)
+  // (a callable: one row set per (b, h)) or not (a built-in: one shared row set).
+  const Tensor q = random_tensor({2, 2, 8, 4}, 1), k = random_tensor({2, 2, 8, 4}, 2), v = random_tensor({2, 2, 8, 4}, 3);
+  const MaskMod callable = MaskMod::from_function([](std::int64_t, std::int64_t, std::int64_t qi, std::int64_t ki) { return ki <= qi; });
+  for (const MaskMod& mask : {MaskMod::causal(), callable}) {
+    SCOPED_TRACE(mask.describe());
+    for (auto [b, h, ok] : {std::tuple{3, 1, false}, std::tuple{1, 4, false}, std::tuple{3, 4, false},
+                            std::tuple{2, 2, true}, std::tuple{1, 1, true}, std::tuple{2, 1, true}, std::tuple{1, 2, true}}) {
+      const BlockMask bm = create_block_mask(mask, b, h, 8, 8, 4, 4);
+      const BlockMask dense = dense_block_mask(mask, b, h, 8, 8, 4, 4);
+      for (const BlockMask* m : {&bm, &dense}) {
+        FlexOptions opt;
+        opt.block_mask = m;
+        opt.return_lse = true;
+        if (ok) {
+          const FlexResult r = flex_attention(q, k, v, opt);
+          EXPECT_NO_THROW(flex_attention_backward(q, k, v, r.out, r.lse, r.out, opt));
+          continue;
+        }
+        const std::string msg = error_of([&] { flex_attention(q, k, v, opt); });
+        EXPECT_NE(msg.find(b != 1 ? "built for batch B = 3, expected 1 or q's batch 2" : "built for H = 4 heads"),
+                  std::string::npos) << msg;
+        const FlexResult r = flex_attention(q, k, v);
+        EXPECT_THROW(flex_attention_backward(q, k, v, r.out, r.lse, r.out, opt), Error);
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -1,10 +1,14 @@
 // The thread pool: jobs spread over the pool's threads, also in a child forked after the pool started
-// (fork() copies only the calling thread; the child must get working threads, not a serial or stuck pool).
+// (fork() copies only the calling thread; the child must get working threads, not a serial or stuck pool),
+// and exceptions that reach the caller with nothing of them kept by the pool.
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <memory>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -45,6 +49,52 @@ TEST(Parallel, JobsUseEveryThreadAlsoInAForkedChild) {
   EXPECT_EQ(threads_used(3), 3u);  // the parent's pool is untouched
   set_num_threads(saved);
 }
+
+// An exception that owns something, as a Python exception owns its traceback: the test checks when
+// it is released.
+struct OwningError : std::runtime_error {
+  explicit OwningError(std::shared_ptr<int> p) : std::runtime_error("owning"), payload(std::move(p)) {}
+  std::shared_ptr<int> payload;
+};
+
+class ParallelThreads : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    saved_ = num_threads();
+    set_num_threads(GetParam());
+  }
+  void TearDown() override { set_num_threads(saved_); }
+  int saved_ = 1;
+};
+
+TEST_P(ParallelThreads, ExceptionReachesTheCallerAndIsNotKept) {
+  std::weak_ptr<int> watch;
+  for (std::int64_t thrower : {std::int64_t{0}, std::int64_t{GetParam() - 1}}) {
+    SCOPED_TRACE(thrower);
+    try {
+      parallel_for(0, GetParam(), 1, [&](std::int64_t lo, std::int64_t) {
+        if (lo == thrower) {
+          auto p = std::make_shared<int>(7);
+          watch = p;
+          throw OwningError(std::move(p));
+        }
+      });
+      FAIL() << "no exception";
+    } catch (const OwningError& e) {
+      EXPECT_EQ(*e.payload, 7);
+    }
+    // Handled and gone: nothing in the pool still refers to it.
+    EXPECT_TRUE(watch.expired());
+  }
+  // The pool still runs jobs, every index once.
+  std::atomic<std::int64_t> sum{0};
+  parallel_for(0, 1000, 1, [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t i = lo; i < hi; ++i) sum += i;
+  });
+  EXPECT_EQ(sum.load(), 999 * 1000 / 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, ParallelThreads, ::testing::Values(1, 2, 4));
 
 }  // namespace
 }  // namespace lmcore

@@ -363,6 +363,18 @@ TEST(LinearCrossEntropy, AllTokensIgnored) {
   Problem p = make_problem(4, 3, 5, 61);
   p.target = Tensor::full({4}, -100, DType::i64);
   for (Reduction red : kReductions) {
+    // The z-loss term is off (0) or a mean over no token (0 / 0, as the loss).
+    for (double z : {0.0, 0.1}) {
+      LossOptions o = options_for(p, true, true, red, 0.1, z, 0.0);
+      for (const auto& r : {linear_cross_entropy(p.hidden, p.weight, p.target, o),
+                            linear_cross_entropy_unfused(p.hidden, p.weight, p.target, o),
+                            cross_entropy(Tensor::zeros({4, p.v}, DType::f64), p.target, o)}) {
+        for (double x : r.z_loss.to_vector<double>()) {
+          if (z == 0.0 || red != Reduction::mean) EXPECT_EQ(x, 0.0) << reduction_name(red) << " z " << z;
+          else EXPECT_TRUE(std::isnan(x)) << reduction_name(red);
+        }
+      }
+    }
     LossOptions o = options_for(p, true, true, red, 0.1, 0.1, 0.0);
     const Tensor g = grad_for(p, red, 3);
     Tensor dw = Tensor::zeros({p.v, p.h}, DType::f64), db = Tensor::zeros({p.v}, DType::f64);

@@ -13,7 +13,7 @@
 //   fmt::print("{} blocks, density {}\n", bm.nonempty_blocks(), bm.block_density());
 //   Tensor out = flex_attention(q, k, v, {.block_mask = &bm});
 //
-// B and H may be 1 to broadcast over the batch and the heads of q.
+// B and H may be 1 to broadcast over the batch and the heads of q; any other value must match q's.
 #pragma once
 
 #include <cstdint>
@@ -51,6 +51,9 @@ struct BlockMask {
   // Rows indexed (b * heads + h) * num_kv_blocks + kv_block_index, entries are query block indices.
   BlockRuns partial_t, full_t;
   MaskMod mask;  // evaluated inside partial blocks
+  // The B and H it was built for (1: broadcast). A mask that ignores (b, h) keeps one row set
+  // (batch = heads = 1 above), yet running it on another batch or head count is still an error.
+  std::int64_t built_batch = 1, built_heads = 1;
 
   std::int64_t nonempty_blocks() const { return partial.total_blocks() + full.total_blocks(); }
   // Non-empty blocks / all blocks of the B x H grid.

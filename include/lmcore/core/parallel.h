@@ -5,7 +5,8 @@
 // The range is cut into at most num_threads() contiguous chunks of at least `grain` indices; the cut
 // depends only on (begin, end, grain, num_threads()), so a kernel that reduces within chunks gives
 // the same bits on every run at the same thread count. A parallel_for inside another runs serially
-// on the calling thread (no oversubscription). Exceptions thrown by fn are rethrown to the caller.
+// on the calling thread (no oversubscription). The first exception thrown by fn is rethrown to the caller
+// once the running chunks return; chunks not yet started are skipped, and the pool keeps no copy of it.
 #pragma once
 
 #include <cstdint>
