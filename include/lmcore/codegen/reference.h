@@ -1,0 +1,26 @@
+// lmcore/codegen/reference.h — plain scalar twins of the generated kernels, for the tests. They share no
+// code with the generated or generic kernels: one loop per formula, f64 accumulation, single-threaded,
+// their own bf16 rounding. bf16 buffers are uint16_t bit patterns; shapes as in rmsnorm.h.
+#pragma once
+
+#include <cstdint>
+
+#include "lmcore/codegen/spec.h"
+
+namespace lmcore::codegen::reference {
+
+// bf16 bits <-> value; to_bf16 rounds to nearest even (ties to even), NaN -> 0xFFFF.
+double from_bf16(std::uint16_t bits);
+std::uint16_t to_bf16(double v);
+
+// out (N, C) written as f64 BEFORE the rounding to the out dtype (tests bound that rounding separately),
+// rstd (N) f64, residual_out (N, C) in the io dtype (rounded, as the kernel must store it).
+void rmsnorm_forward(double* out, double* rstd, void* residual_out, const void* inp, const void* residual,
+                     const float* weight, std::int64_t N, const RmsNormSpec& spec);
+// dinp (N, C) f64 = dinp_in (io dtype) + gradient, before rounding; dweight (C) f64 = dweight_in + gradient.
+// rstd as given (the kernel's), x = inp.
+void rmsnorm_backward(double* dinp, double* dweight, const void* dinp_in, const float* dweight_in, const void* dout,
+                      const void* inp, const float* weight, const float* rstd, std::int64_t N,
+                      const RmsNormSpec& spec);
+
+}  // namespace lmcore::codegen::reference

@@ -1,0 +1,149 @@
+// RmsNormKernel: the generated kernel when one can be had, else the generic one below; the row split
+// over threads is the caller side of the kernel ABI.
+#include "lmcore/codegen/rmsnorm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "lmcore/codegen/generator.h"
+#include "lmcore/codegen/runtime.h"
+#include "lmcore/core/error.h"
+#include "lmcore/core/low_precision.h"
+#include "lmcore/core/parallel.h"
+
+namespace lmcore::codegen {
+
+namespace {
+
+std::int64_t row_grain(std::int64_t cols) { return std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(cols, 1)); }
+
+void check_spec(const RmsNormSpec& spec) {
+  LMCORE_CHECK(spec.hidden >= 1, "codegen rmsnorm: hidden size must be >= 1, found {}", spec.hidden);
+  LMCORE_CHECK(std::isfinite(spec.eps) && spec.eps >= 0, "codegen rmsnorm: eps must be finite and >= 0, found {}",
+               spec.eps);
+}
+
+// Element access of the generic kernel by dtype.
+inline float load(const void* p, std::int64_t i, DType t) {
+  return t == DType::f32 ? static_cast<const float*>(p)[i] : bf16::from_bits(static_cast<const std::uint16_t*>(p)[i]).to_f32();
+}
+inline void store(void* p, std::int64_t i, float v, DType t) {
+  if (t == DType::f32) static_cast<float*>(p)[i] = v;
+  else static_cast<std::uint16_t*>(p)[i] = bf16::from_f32(v).bits;
+}
+
+}  // namespace
+
+RmsNormVariant default_rmsnorm_variant() { return {native_vector_floats(), 4}; }
+
+namespace detail {
+
+// The generic kernel: the same arithmetic in plain loops over a run-time C; 8 partial sums so that the
+// compiler can vectorise the reduction without reassociating.
+void generic_rmsnorm_forward(const RmsNormSpec& spec, const lmcore_rmsnorm_forward_args& a) {
+  const std::int64_t C = spec.hidden;
+  for (std::int64_t n = a.row_begin; n < a.row_end; ++n) {
+    float part[8] = {};
+    for (std::int64_t i = 0; i < C; ++i) {
+      float v = load(a.inp, n * C + i, spec.io);
+      if (spec.residual) {
+        v += load(a.residual, n * C + i, spec.io);
+        store(a.residual_out, n * C + i, v, spec.io);
+        v = load(a.residual_out, n * C + i, spec.io);
+      }
+      part[i & 7] += v * v;
+    }
+    float ss = 0;
+    for (float p : part) ss += p;
+    const float rs = 1.0f / std::sqrt(ss / static_cast<float>(C) + spec.eps);
+    a.rstd[n] = rs;
+    const void* xs = spec.residual ? a.residual_out : a.inp;
+    for (std::int64_t i = 0; i < C; ++i) store(a.out, n * C + i, load(xs, n * C + i, spec.io) * rs * a.weight[i], spec.out);
+  }
+}
+
+void generic_rmsnorm_backward(const RmsNormSpec& spec, const lmcore_rmsnorm_backward_args& a) {
+  const std::int64_t C = spec.hidden;
+  for (std::int64_t n = a.row_begin; n < a.row_end; ++n) {
+    const float rs = a.rstd[n];
+    float part[8] = {};
+    for (std::int64_t i = 0; i < C; ++i)
+      part[i & 7] += load(a.dout, n * C + i, spec.out) * a.weight[i] * load(a.inp, n * C + i, spec.io);
+    float dot = 0;
+    for (float p : part) dot += p;
+    const float k = rs * rs * rs * dot / static_cast<float>(C);
+    for (std::int64_t i = 0; i < C; ++i) {
+      const float d = load(a.dout, n * C + i, spec.out), x = load(a.inp, n * C + i, spec.io);
+      store(a.dinp, n * C + i, load(a.dinp, n * C + i, spec.io) + rs * d * a.weight[i] - k * x, spec.io);
+      a.dweight[i] += d * x * rs;
+    }
+  }
+}
+
+}  // namespace detail
+
+RmsNormKernel RmsNormKernel::generic(const RmsNormSpec& spec) {
+  check_spec(spec);
+  RmsNormKernel k;
+  k.spec_ = spec;
+  k.variant_ = "generic";
+  k.why_ = "the generic kernel was asked for";
+  return k;
+}
+
+RmsNormKernel RmsNormKernel::get(const RmsNormSpec& spec, const Options& options, const RmsNormVariant* variant) {
+  check_spec(spec);
+  const RmsNormVariant v = variant ? *variant : default_rmsnorm_variant();
+  const GeneratedSource src = generate_rmsnorm(spec, v);
+  const LoadedKernel lib = load_kernel(src, options);
+  RmsNormKernel k;
+  k.spec_ = spec;
+  k.fwd_ = reinterpret_cast<lmcore_rmsnorm_forward_fn>(lib.symbol("lmcore_rmsnorm_forward"));
+  k.bwd_ = reinterpret_cast<lmcore_rmsnorm_backward_fn>(lib.symbol("lmcore_rmsnorm_backward"));
+  if (lib.handle && (!k.fwd_ || !k.bwd_)) {
+    k.why_ = lib.path + " lacks lmcore_rmsnorm_forward / lmcore_rmsnorm_backward";
+    warn_once("load", k.why_);
+    k.fwd_ = nullptr;
+    k.bwd_ = nullptr;
+  } else {
+    k.why_ = lib.why;
+  }
+  k.variant_ = k.fwd_ ? v.to_string() : "generic";
+  return k;
+}
+
+void RmsNormKernel::forward(void* out, float* rstd, const void* inp, const void* residual, void* residual_out,
+                            const float* weight, std::int64_t N) const {
+  LMCORE_CHECK(N >= 0, "codegen rmsnorm forward: N must be >= 0, found {}", N);
+  LMCORE_CHECK(!spec_.residual || N == 0 || (residual && residual_out),
+               "codegen rmsnorm forward: the spec fuses the residual add, so residual and residual_out are required");
+  parallel_for(0, N, row_grain(spec_.hidden), [&](std::int64_t b, std::int64_t e) {
+    const lmcore_rmsnorm_forward_args a{out, rstd, inp, spec_.residual ? residual : nullptr,
+                                        spec_.residual ? residual_out : nullptr, weight, b, e};
+    if (fwd_) fwd_(&a);
+    else detail::generic_rmsnorm_forward(spec_, a);
+  });
+}
+
+void RmsNormKernel::backward(void* dinp, float* dweight, const void* dout, const void* inp, const float* weight,
+                             const float* rstd, std::int64_t N) const {
+  LMCORE_CHECK(N >= 0, "codegen rmsnorm backward: N must be >= 0, found {}", N);
+  const std::int64_t C = spec_.hidden;
+  // dweight sums over all rows: k fixed chunks, each into its own partial, added in chunk order.
+  const std::int64_t k = std::max<std::int64_t>(1, std::min<std::int64_t>(num_threads(), N / row_grain(C)));
+  std::vector<float> partial(static_cast<std::size_t>(k * C), 0.0f);
+  parallel_for(0, k, 1, [&](std::int64_t c0, std::int64_t c1) {
+    for (std::int64_t c = c0; c < c1; ++c) {
+      const lmcore_rmsnorm_backward_args a{dinp, partial.data() + c * C, dout, inp, weight, rstd, c * N / k,
+                                           (c + 1) * N / k};
+      if (bwd_) bwd_(&a);
+      else detail::generic_rmsnorm_backward(spec_, a);
+    }
+  });
+  for (std::int64_t c = 0; c < k; ++c)
+    for (std::int64_t i = 0; i < C; ++i) dweight[i] += partial[static_cast<std::size_t>(c * C + i)];
+}
+
+}  // namespace lmcore::codegen

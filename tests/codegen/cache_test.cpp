@@ -1,0 +1,282 @@
+// The machinery around the kernels: the cache (checksums, atomic install under two racing processes,
+// LRU eviction), the compile pool with a failing and a hanging fake compiler, and no compiler at all.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "codegen_test_util.h"
+#include "lmcore/codegen/cache.h"
+#include "lmcore/codegen/rmsnorm.h"
+#include "lmcore/core/error.h"
+
+namespace lmcore::codegen {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TempDir;
+
+// Forward of `k` on 3 rows against the reference: true when every element is within 1e-5 relative
+// (the full bounds are the business of rmsnorm_test.cpp; here a wrong or stale kernel must show).
+bool forward_ok(const RmsNormKernel& k) {
+  const std::int64_t C = k.spec().hidden, N = 3;
+  std::vector<float> x(static_cast<std::size_t>(N * C)), w(static_cast<std::size_t>(C)), out(x.size()), rstd(N);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37 * double(i)) * 2;
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = 1.0f + 0.25f * std::cos(double(i));
+  k.forward(out.data(), rstd.data(), x.data(), nullptr, nullptr, w.data(), N);
+  std::vector<double> want(x.size()), want_rstd(N);
+  reference::rmsnorm_forward(want.data(), want_rstd.data(), nullptr, x.data(), nullptr, w.data(), N, k.spec());
+  for (std::size_t i = 0; i < x.size(); ++i)
+    if (!(std::abs(out[i] - want[i]) <= 1e-5 * std::abs(want[i]) + 1e-30)) return false;
+  return true;
+}
+
+std::string capture_stderr_of(const std::function<void()>& fn) {
+  ::testing::internal::CaptureStderr();
+  fn();
+  return ::testing::internal::GetCapturedStderr();
+}
+
+std::size_t count_files(const fs::path& dir) {
+  std::size_t n = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) ++n;
+  return n;
+}
+
+TEST(CodegenCompiler, FailingCompilerFallsBackWithOneWarning) {
+  TempDir dir;
+  detail::reset_for_testing();
+  Options o = testing::test_options(dir.path() + "/cache");
+  o.compiler = testing::write_script(dir.path() + "/failcc",
+                                     "case \"$1\" in --version) echo 'failcc 1.0';; "
+                                     "*) echo 'failcc: error: refusing to compile' >&2; exit 3;; esac\n");
+  const RmsNormSpec spec{65, 1e-5f};
+  RmsNormKernel k;
+  const std::string err = capture_stderr_of([&] { k = RmsNormKernel::get(spec, o); });
+  EXPECT_FALSE(k.generated());
+  EXPECT_NE(k.why_generic().find("exit 3"), std::string::npos) << k.why_generic();
+  EXPECT_NE(err.find("refusing to compile"), std::string::npos) << err;
+  EXPECT_NE(err.find("using the generic kernels"), std::string::npos) << err;
+  EXPECT_TRUE(forward_ok(k));
+  // A second kernel that fails the same way does not warn again.
+  const std::string err2 = capture_stderr_of([&] { k = RmsNormKernel::get({66, 1e-5f}, o); });
+  EXPECT_EQ(err2, "");
+  EXPECT_FALSE(k.generated());
+  EXPECT_EQ(count_files(fs::path(o.cache_dir)), 1u) << "only tmp/: no entry for a failed compile";
+  EXPECT_EQ(count_files(fs::path(o.cache_dir) / "tmp"), 0u) << "staging directories are removed";
+}
+
+TEST(CodegenCompiler, HangingCompilerIsKilledAtTheTimeout) {
+  TempDir dir;
+  detail::reset_for_testing();
+  Options o = testing::test_options(dir.path() + "/cache");
+  const std::string marker = dir.path() + "/still-running";
+  // The compile sleeps in a child of the script: the whole process group must be killed.
+  o.compiler = testing::write_script(dir.path() + "/hangcc",
+                                     "case \"$1\" in --version) echo 'hangcc 1.0';; "
+                                     "*) (sleep 30; touch " + marker + ") & wait;; esac\n");
+  o.compile_timeout_seconds = 0.5;
+  const auto t0 = std::chrono::steady_clock::now();
+  RmsNormKernel k;
+  const std::string err = capture_stderr_of([&] { k = RmsNormKernel::get({64, 1e-5f}, o); });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_FALSE(k.generated());
+  EXPECT_LT(seconds, 10.0);
+  EXPECT_NE(k.why_generic().find("timed out after"), std::string::npos) << k.why_generic();
+  EXPECT_NE(err.find("timed out"), std::string::npos) << err;
+  EXPECT_TRUE(forward_ok(k));
+  // Parallel compiles time out independently.
+  CompilePool pool(*find_compiler(o, nullptr), 4, 0.3);
+  const auto t1 = std::chrono::steady_clock::now();
+  const auto results = pool.compile_all({{"a.cpp", dir.path() + "/a.so"}, {"b.cpp", dir.path() + "/b.so"},
+                                         {"c.cpp", dir.path() + "/c.so"}, {"d.cpp", dir.path() + "/d.so"}});
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count(), 5.0);
+  for (const auto& r : results) EXPECT_TRUE(r.timed_out && !r.ok);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(fs::exists(marker));
+}
+
+TEST(CodegenCompiler, NoCompilerAtAll) {
+  TempDir dir;
+  detail::reset_for_testing();
+  const std::string old_path = std::getenv("PATH") ? std::getenv("PATH") : "";
+  const char* old_cxx = std::getenv("LMCORE_CXX");
+  const std::string saved_cxx = old_cxx ? old_cxx : "";
+  ::setenv("PATH", dir.path().c_str(), 1);  // an empty directory
+  ::unsetenv("LMCORE_CXX");
+  Options o = Options::from_env();
+  o.cache_dir = dir.path() + "/cache";
+  RmsNormKernel k;
+  const std::string err = capture_stderr_of([&] { k = RmsNormKernel::get({7, 1e-5f}, o); });
+  ::setenv("PATH", old_path.c_str(), 1);
+  if (old_cxx) ::setenv("LMCORE_CXX", saved_cxx.c_str(), 1);
+  EXPECT_FALSE(k.generated());
+  EXPECT_NE(k.why_generic().find("no C++ compiler"), std::string::npos) << k.why_generic();
+  EXPECT_NE(err.find("no C++ compiler: LMCORE_CXX is unset and there is no c++ on PATH"), std::string::npos) << err;
+  EXPECT_TRUE(forward_ok(k));
+  // A named compiler that does not exist says so.
+  detail::reset_for_testing();
+  o.compiler = dir.path() + "/nonexistent-c++";
+  const std::string err2 = capture_stderr_of([&] { k = RmsNormKernel::get({7, 1e-5f}, o); });
+  EXPECT_NE(k.why_generic().find("nonexistent-c++' (LMCORE_CXX) not found"), std::string::npos) << k.why_generic();
+}
+
+TEST(CodegenCompiler, DisabledMeansGeneric) {
+  Options o = testing::test_options();
+  o.enabled = false;
+  const RmsNormKernel k = RmsNormKernel::get({7, 1e-5f}, o);
+  EXPECT_FALSE(k.generated());
+  EXPECT_NE(k.why_generic().find("LMCORE_CODEGEN=0"), std::string::npos);
+}
+
+TEST(CodegenCompiler, EnvironmentIsValidated) {
+  ::setenv("LMCORE_COMPILE_WORKERS", "lots", 1);
+  try {
+    Options::from_env();
+    ADD_FAILURE() << "LMCORE_COMPILE_WORKERS=lots accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("LMCORE_COMPILE_WORKERS=lots"), std::string::npos) << e.what();
+  }
+  ::unsetenv("LMCORE_COMPILE_WORKERS");
+}
+
+// Both children compile the same kernel into one empty cache at the same moment.
+TEST(CodegenCache, TwoProcessesRaceOnOneKey) {
+  TempDir dir;
+  detail::reset_for_testing();
+  const Options o = testing::test_options(dir.path() + "/cache");
+  const bool cc = testing::have_compiler();
+  int go[2];
+  ASSERT_EQ(::pipe(go), 0);
+  pid_t kids[2];
+  for (pid_t& pid : kids) {
+    pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      char c;
+      ::close(go[1]);
+      if (::read(go[0], &c, 1) != 0) ::_exit(10);  // wait for the start (EOF)
+      const RmsNormKernel k = RmsNormKernel::get({4097, 1e-5f, DType::f32, DType::f32, true}, o);
+      const RmsNormKernel k2 = RmsNormKernel::get({4097, 1e-5f}, o);  // and a second key, also raced
+      ::_exit(k.generated() == cc && k2.generated() == cc && forward_ok(k2) ? 0 : 1);
+    }
+  }
+  ::close(go[0]);
+  ::close(go[1]);  // both start now
+  for (pid_t pid : kids) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  }
+  KernelCache cache(o.cache_dir, o.cache_max_bytes);
+  const auto entries = cache.list();
+  EXPECT_EQ(entries.size(), cc ? 2u : 0u);
+  for (const auto& e : entries) EXPECT_TRUE(e.valid) << e.key;
+  EXPECT_EQ(count_files(fs::path(o.cache_dir) / "tmp"), 0u) << "the loser's staging directory is removed";
+  // This process loads what the children built, without compiling.
+  const RmsNormKernel k = RmsNormKernel::get({4097, 1e-5f}, o);
+  EXPECT_EQ(k.generated(), cc);
+  EXPECT_TRUE(forward_ok(k));
+}
+
+TEST(CodegenCache, TruncatedEntryIsRebuilt) {
+  TempDir dir;
+  detail::reset_for_testing();
+  const Options o = testing::test_options(dir.path() + "/cache");
+  std::string why;
+  if (!testing::have_compiler(&why)) {
+    EXPECT_FALSE(RmsNormKernel::get({63, 1e-5f}, o).generated()) << why;
+    return;
+  }
+  // Built by a child, so that this process never maps the file it truncates.
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(RmsNormKernel::get({63, 1e-5f}, o).generated() ? 0 : 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  KernelCache cache(o.cache_dir, o.cache_max_bytes);
+  auto entries = cache.list();
+  ASSERT_EQ(entries.size(), 1u);
+  const fs::path so = fs::path(o.cache_dir) / entries[0].key / "kernel.so";
+  fs::resize_file(so, fs::file_size(so) / 2);
+  EXPECT_FALSE(cache.list()[0].valid);
+  RmsNormKernel k;
+  const std::string err = capture_stderr_of([&] { k = RmsNormKernel::get({63, 1e-5f}, o); });
+  EXPECT_NE(err.find("is corrupt"), std::string::npos) << err;
+  EXPECT_NE(err.find("truncated"), std::string::npos) << err;
+  EXPECT_TRUE(k.generated()) << k.why_generic();
+  EXPECT_TRUE(forward_ok(k));
+  entries = cache.list();
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_TRUE(entries[0].valid);
+}
+
+// Entries built by hand (no compiler needed): checksums and LRU order.
+std::string fake_entry(KernelCache& cache, const std::string& key, std::size_t bytes) {
+  const std::string st = cache.stage();
+  std::ofstream(st + "/kernel.so") << std::string(bytes, 'k');
+  return cache.install(st, key, "rmsnorm", "spec " + key.substr(0, 4), "W=16 U=4", "fakecc");
+}
+
+TEST(CodegenCache, OverwrittenEntryFailsItsChecksum) {
+  TempDir dir;
+  KernelCache cache(dir.path(), 1 << 20);
+  const std::string key(40, 'a');
+  const std::string so = fake_entry(cache, key, 1000);
+  EXPECT_EQ(cache.lookup(key).value_or(""), so);
+  {
+    std::fstream f(so, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(500);
+    f.put('X');
+  }
+  std::string why;
+  EXPECT_FALSE(cache.lookup(key, &why).has_value());
+  EXPECT_NE(why.find("does not match its recorded sha256"), std::string::npos) << why;
+  EXPECT_FALSE(fs::exists(fs::path(dir.path()) / key)) << "the corrupt entry is removed";
+  // A missing meta is corruption too.
+  fake_entry(cache, key, 10);
+  fs::remove(fs::path(dir.path()) / key / "meta");
+  EXPECT_FALSE(cache.lookup(key, &why).has_value());
+  EXPECT_NE(why.find("meta"), std::string::npos) << why;
+}
+
+TEST(CodegenCache, LeastRecentlyUsedEntriesAreEvicted) {
+  TempDir dir;
+  KernelCache cache(dir.path(), 2600);  // room for two entries of ~1.1 KB (kernel.so + meta)
+  const std::string a(40, 'a'), b(40, 'b'), c(40, 'c');
+  fake_entry(cache, a, 1000);
+  fake_entry(cache, b, 1000);
+  // Make the order unambiguous: b used long ago, a just now.
+  const timespec old_times[2] = {{1000, 0}, {1000, 0}};
+  ::utimensat(AT_FDCWD, (fs::path(dir.path()) / b).c_str(), old_times, 0);
+  ASSERT_TRUE(cache.lookup(a).has_value());
+  fake_entry(cache, c, 1000);
+  std::vector<std::string> keys;
+  for (const auto& e : cache.list()) keys.push_back(e.key);
+  std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(keys, (std::vector<std::string>{a, c}));
+  for (const auto& e : cache.list()) EXPECT_EQ(e.spec, "spec " + e.key.substr(0, 4));
+  EXPECT_GT(cache.clear(), 2000u);
+  EXPECT_TRUE(cache.list().empty());
+}
+
+TEST(CodegenCache, TuningRecords) {
+  TempDir dir;
+  KernelCache cache(dir.path(), 1 << 20);
+  EXPECT_FALSE(cache.read_tuning("k1").has_value());
+  cache.write_tuning("k1", "W=8 U=2");
+  EXPECT_EQ(cache.read_tuning("k1").value_or(""), "W=8 U=2");
+  std::ofstream(fs::path(dir.path()) / "tune" / "k2") << "W=8";  // cut before its newline
+  EXPECT_FALSE(cache.read_tuning("k2").has_value());
+}
+
+}  // namespace
+}  // namespace lmcore::codegen

@@ -1,0 +1,80 @@
+// Helpers of the codegen tests: temporary directories, fake compilers, test options, random buffers.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "lmcore/codegen/compiler.h"
+#include "lmcore/codegen/reference.h"
+#include "lmcore/codegen/runtime.h"
+#include "lmcore/codegen/spec.h"
+
+namespace lmcore::codegen::testing {
+
+// A fresh directory under $TMPDIR, removed at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    const char* t = std::getenv("TMPDIR");
+    std::string templ = std::string(t && *t ? t : "/tmp") + "/lmcore-codegen-test-XXXXXX";
+    path_ = ::mkdtemp(templ.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// An executable /bin/sh script.
+inline std::string write_script(const std::string& path, const std::string& body) {
+  std::ofstream(path) << "#!/bin/sh\n" << body;
+  ::chmod(path.c_str(), 0755);
+  return path;
+}
+
+// The options of the tests: the environment's compiler, the persistent test cache (or `dir`).
+inline Options test_options(const std::string& dir = LMCORE_TEST_KERNEL_CACHE) {
+  Options o = Options::from_env();
+  o.cache_dir = dir;
+  o.enabled = true;
+  return o;
+}
+
+// Whether the environment has a compiler; when not, the generic kernels must be used and say why.
+inline bool have_compiler(std::string* why = nullptr) {
+  std::string w;
+  const bool ok = find_compiler(test_options(), &w).has_value();
+  if (why) *why = w;
+  return ok;
+}
+
+// Uniform values in [lo, hi) stored in the dtype (bf16 buffers hold rounded values).
+inline std::vector<unsigned char> random_buffer(std::mt19937& rng, std::int64_t n, DType t, float lo, float hi) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<unsigned char> b(static_cast<std::size_t>(n) * dtype_size(t));
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float v = dist(rng);
+    if (t == DType::f32) reinterpret_cast<float*>(b.data())[i] = v;
+    else reinterpret_cast<std::uint16_t*>(b.data())[i] = reference::to_bf16(v);
+  }
+  return b;
+}
+
+inline double value_at(const std::vector<unsigned char>& b, std::int64_t i, DType t) {
+  if (t == DType::f32) return reinterpret_cast<const float*>(b.data())[i];
+  return reference::from_bf16(reinterpret_cast<const std::uint16_t*>(b.data())[i]);
+}
+
+}  // namespace lmcore::codegen::testing

@@ -1,0 +1,245 @@
+// Generated and generic RMSNorm kernels against the scalar reference, for awkward hidden sizes (1, 7, 63,
+// 64, 65, 4097: below, at and around a vector and an unrolled block, and a long row with a tail) and
+// the dtype/fusion combinations. Bounds come from f32's unit roundoff u = 2^-24 and the longest
+// summation chain (n = C/4 + 32 covers every variant: W >= 4 lanes), plus bf16's u = 2^-8 for the final
+// rounding of a bf16 result; every check also asserts that a 1% error at the largest element would fail.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "codegen_test_util.h"
+#include "lmcore/codegen/rmsnorm.h"
+#include "lmcore/core/error.h"
+
+namespace lmcore::codegen {
+namespace {
+
+using testing::random_buffer;
+using testing::value_at;
+
+constexpr double kU32 = 1.0 / (1 << 24), kUbf16 = 1.0 / (1 << 8);
+
+struct Config {
+  DType io, out;
+  bool residual;
+};
+const Config kConfigs[] = {{DType::f32, DType::f32, false},
+                           {DType::f32, DType::f32, true},
+                           {DType::bf16, DType::bf16, false},
+                           {DType::bf16, DType::bf16, true},
+                           {DType::f32, DType::bf16, true}};
+const std::int64_t kSizes[] = {1, 7, 63, 64, 65, 4097};
+
+// got within bound[i] of want everywhere; reports the worst elements. `name` names the tensor.
+::testing::AssertionResult close(const char* name, const std::vector<double>& got, const std::vector<double>& want,
+                                 const std::vector<double>& bound) {
+  std::size_t bad = 0, worst = 0, largest = 0;
+  double worst_ratio = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double err = std::abs(got[i] - want[i]);
+    const double ratio = bound[i] > 0 ? err / bound[i] : (err > 0 ? INFINITY : 0);
+    if (!(ratio <= 1)) ++bad;
+    if (!(ratio <= worst_ratio)) { worst_ratio = ratio; worst = i; }
+    if (std::abs(want[i]) > std::abs(want[largest])) largest = i;
+  }
+  // The bound must be able to see a 1% error at the largest element.
+  if (!(0.01 * std::abs(want[largest]) > bound[largest]))
+    return ::testing::AssertionFailure() << name << ": bound " << bound[largest] << " at [" << largest
+                                         << "] would accept a 1% error of " << want[largest];
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << name << ": " << bad << " of " << got.size() << " elements out of bounds; worst ["
+                                       << worst << "] got " << got[worst] << " want " << want[worst] << " (error "
+                                       << std::abs(got[worst] - want[worst]) << ", bound " << bound[worst] << ")";
+}
+
+// Runs forward and backward of `k` on N rows and compares every output with the reference.
+void check_kernel(const RmsNormKernel& k, std::int64_t N, unsigned seed) {
+  const RmsNormSpec& s = k.spec();
+  const std::int64_t C = s.hidden, NC = N * C;
+  SCOPED_TRACE(s.to_string() + " variant " + k.variant());
+  std::mt19937 rng(seed);
+  auto inp = random_buffer(rng, NC, s.io, -2, 2);
+  auto res = random_buffer(rng, NC, s.io, -2, 2);
+  // One row much larger than the others: the bounds are relative per row.
+  for (std::int64_t i = 0; i < C && N > 1; ++i) {
+    if (s.io == DType::f32) reinterpret_cast<float*>(inp.data())[C + i] *= 1000.0f;
+    else {
+      auto* p = reinterpret_cast<std::uint16_t*>(inp.data()) + C + i;
+      *p = reference::to_bf16(reference::from_bf16(*p) * 1024.0);
+    }
+  }
+  std::vector<float> weight(static_cast<std::size_t>(C));
+  std::uniform_real_distribution<float> wd(0.5f, 1.5f);
+  for (auto& w : weight) w = wd(rng);
+
+  // ---- forward ----
+  std::vector<unsigned char> out(static_cast<std::size_t>(NC) * dtype_size(s.out));
+  std::vector<unsigned char> rout(static_cast<std::size_t>(NC) * dtype_size(s.io), 0xAB);
+  std::vector<float> rstd(static_cast<std::size_t>(N));
+  k.forward(out.data(), rstd.data(), inp.data(), res.data(), rout.data(), weight.data(), N);
+  std::vector<double> want_out(static_cast<std::size_t>(NC)), want_rstd(static_cast<std::size_t>(N));
+  std::vector<unsigned char> want_rout(rout.size(), 0xAB);
+  reference::rmsnorm_forward(want_out.data(), want_rstd.data(), want_rout.data(), inp.data(), res.data(),
+                             weight.data(), N, s);
+  if (s.residual) {
+    EXPECT_TRUE(rout == want_rout) << "residual_out differs from the exactly rounded inp + residual";
+  }
+  const double n_chain = static_cast<double>(C) / 4 + 32;
+  const double rstd_rel = 0.5 * n_chain * kU32 + 4 * kU32;
+  {
+    std::vector<double> got(rstd.begin(), rstd.end()), bound(static_cast<std::size_t>(N));
+    for (std::int64_t n = 0; n < N; ++n) bound[n] = rstd_rel * want_rstd[n];
+    EXPECT_TRUE(close("rstd", got, want_rstd, bound));
+  }
+  {
+    const double out_round = s.out == DType::bf16 ? kUbf16 * (1 + rstd_rel) : 0;
+    std::vector<double> got(static_cast<std::size_t>(NC)), bound(static_cast<std::size_t>(NC));
+    for (std::int64_t i = 0; i < NC; ++i) {
+      got[i] = value_at(out, i, s.out);
+      bound[i] = (rstd_rel + 3 * kU32 + out_round) * std::abs(want_out[i]) + 1e-30;
+    }
+    EXPECT_TRUE(close("out", got, want_out, bound));
+  }
+
+  // ---- backward (x = the normalised input: residual_out when fused) ----
+  const std::vector<unsigned char>& x = s.residual ? want_rout : inp;
+  auto dout = random_buffer(rng, NC, s.out, -1, 1);
+  auto dinp = random_buffer(rng, NC, s.io, -1, 1);
+  std::vector<float> dweight(static_cast<std::size_t>(C));
+  for (auto& w : dweight) w = wd(rng) - 1.0f;
+  const auto dinp_in = dinp;
+  const auto dweight_in = dweight;
+  std::vector<double> want_dinp(static_cast<std::size_t>(NC)), want_dw(static_cast<std::size_t>(C));
+  reference::rmsnorm_backward(want_dinp.data(), want_dw.data(), dinp_in.data(), dweight_in.data(), dout.data(),
+                              x.data(), weight.data(), rstd.data(), N, s);
+  k.backward(dinp.data(), dweight.data(), dout.data(), x.data(), weight.data(), rstd.data(), N);
+  {
+    std::vector<double> got(static_cast<std::size_t>(NC)), bound(static_cast<std::size_t>(NC));
+    for (std::int64_t n = 0; n < N; ++n) {
+      const double rs = rstd[n];
+      double sum_gx = 0;  // sum |g x| over the row, the scale of the dot product's error
+      for (std::int64_t i = 0; i < C; ++i)
+        sum_gx += std::abs(value_at(dout, n * C + i, s.out) * weight[i] * value_at(x, n * C + i, s.io));
+      for (std::int64_t i = 0; i < C; ++i) {
+        const std::int64_t j = n * C + i;
+        const double g = std::abs(value_at(dout, j, s.out) * weight[i]), xv = std::abs(value_at(x, j, s.io));
+        const double grad = std::abs(want_dinp[j] - value_at(dinp_in, j, s.io));
+        double b = 4 * kU32 * (rs * g + std::abs(value_at(dinp_in, j, s.io)) + grad) +
+                   xv * rs * rs * rs / static_cast<double>(C) * (n_chain + 6) * kU32 * sum_gx;
+        if (s.io == DType::bf16) b += kUbf16 * (std::abs(want_dinp[j]) + b);
+        got[j] = value_at(dinp, j, s.io);
+        bound[j] = b + 1e-30;
+      }
+    }
+    EXPECT_TRUE(close("dinp", got, want_dinp, bound));
+  }
+  {
+    std::vector<double> got(dweight.begin(), dweight.end()), bound(static_cast<std::size_t>(C));
+    for (std::int64_t i = 0; i < C; ++i) {
+      double sum = std::abs(dweight_in[i]);
+      for (std::int64_t n = 0; n < N; ++n)
+        sum += std::abs(value_at(dout, n * C + i, s.out) * value_at(x, n * C + i, s.io) * rstd[n]);
+      bound[i] = (static_cast<double>(N) + 40) * kU32 * sum + 1e-30;
+    }
+    EXPECT_TRUE(close("dweight", got, want_dw, bound));
+  }
+}
+
+std::vector<RmsNormSpec> all_specs() {
+  std::vector<RmsNormSpec> specs;
+  for (const Config& c : kConfigs)
+    for (std::int64_t C : kSizes) specs.push_back({C, 1e-5f, c.io, c.out, c.residual});
+  return specs;
+}
+
+TEST(CodegenRmsNorm, GeneratedMatchesReference) {
+  const Options o = testing::test_options();
+  std::string why;
+  const bool cc = testing::have_compiler(&why);
+  // Compile every kernel of the sweep at once (o.workers in parallel), then test each.
+  std::vector<GeneratedSource> sources;
+  for (const auto& s : all_specs()) sources.push_back(generate_rmsnorm(s, default_rmsnorm_variant()));
+  load_kernels(sources, o);
+  for (const auto& s : all_specs()) {
+    const RmsNormKernel k = RmsNormKernel::get(s, o);
+    if (cc) {
+      EXPECT_TRUE(k.generated()) << s.to_string() << ": " << k.why_generic();
+    } else {
+      EXPECT_FALSE(k.generated()) << "no compiler (" << why << "), yet " << s.to_string() << " was generated";
+    }
+    for (std::int64_t N : {1, 5}) check_kernel(k, N, static_cast<unsigned>(s.hidden * 31 + N));
+  }
+}
+
+TEST(CodegenRmsNorm, VariantsMatchReference) {
+  const Options o = testing::test_options();
+  const bool cc = testing::have_compiler();
+  for (RmsNormVariant v : {RmsNormVariant{4, 1}, RmsNormVariant{8, 3}, RmsNormVariant{16, 8}})
+    for (std::int64_t C : {63, 65, 4097})
+      for (const Config& c : {kConfigs[1], kConfigs[3]}) {
+        const RmsNormKernel k = RmsNormKernel::get({C, 1e-6f, c.io, c.out, c.residual}, o, &v);
+        EXPECT_EQ(k.generated(), cc) << k.why_generic();
+        check_kernel(k, 3, static_cast<unsigned>(C + v.unroll));
+      }
+}
+
+TEST(CodegenRmsNorm, GenericMatchesReference) {
+  for (const auto& s : all_specs())
+    for (std::int64_t N : {0, 1, 5}) {
+      if (N == 0) {
+        const RmsNormKernel k = RmsNormKernel::generic(s);
+        k.forward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0);  // no rows: touches nothing
+        continue;
+      }
+      check_kernel(RmsNormKernel::generic(s), N, static_cast<unsigned>(s.hidden + N));
+    }
+}
+
+TEST(CodegenRmsNorm, ManyRowsAcrossThreads) {
+  const Options o = testing::test_options();
+  check_kernel(RmsNormKernel::get({65, 1e-5f, DType::bf16, DType::bf16, true}, o), 301, 7);
+  check_kernel(RmsNormKernel::get({64, 1e-5f, DType::f32, DType::f32, false}, o), 1000, 8);
+}
+
+TEST(CodegenRmsNorm, NanAndInfinityPropagate) {
+  const Options o = testing::test_options();
+  const RmsNormSpec s{7, 1e-5f, DType::bf16, DType::bf16, false};
+  for (const RmsNormKernel& k : {RmsNormKernel::get(s, o), RmsNormKernel::generic(s)}) {
+    std::vector<std::uint16_t> inp(7, reference::to_bf16(1.0)), out(7);
+    inp[3] = 0x7fc1;  // a NaN
+    std::vector<float> w(7, 1.0f), rstd(1);
+    k.forward(out.data(), rstd.data(), inp.data(), nullptr, nullptr, w.data(), 1);
+    EXPECT_TRUE(std::isnan(rstd[0])) << k.variant();
+    for (auto b : out) EXPECT_EQ(b, 0xffff) << k.variant() << ": NaN is stored as 0xFFFF as torch does";
+  }
+}
+
+TEST(CodegenRmsNorm, BadSpecIsAnError) {
+  try {
+    RmsNormKernel::get({0, 1e-5f});
+    FAIL() << "hidden 0 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("hidden size must be >= 1, found 0"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(RmsNormKernel::generic({8, -1.0f}), Error);
+  const RmsNormKernel k = RmsNormKernel::generic({8, 1e-5f, DType::f32, DType::f32, true});
+  float x[8] = {}, out[8], rstd[1], w[8] = {};
+  EXPECT_THROW(k.forward(out, rstd, x, nullptr, nullptr, w, 1), Error);
+}
+
+TEST(CodegenReference, Bf16Rounding) {
+  EXPECT_EQ(reference::to_bf16(1.0), 0x3f80);
+  EXPECT_EQ(reference::to_bf16(1.0 + 1.0 / 256), 0x3f80);              // tie -> even (down)
+  EXPECT_EQ(reference::to_bf16(1.0 + 3.0 / 256), 0x3f82);              // tie -> even (up)
+  EXPECT_EQ(reference::to_bf16(-2.5), 0xc020);
+  EXPECT_EQ(reference::to_bf16(1e39), 0x7f80);
+  EXPECT_EQ(reference::to_bf16(std::ldexp(1.0, -133)), 0x0001);      // smallest subnormal
+  EXPECT_EQ(reference::to_bf16(std::nan("")), 0xffff);
+  for (std::uint32_t b = 0; b < 0x7f80; b += 7) EXPECT_EQ(reference::to_bf16(reference::from_bf16(std::uint16_t(b))), b);
+}
+
+}  // namespace
+}  // namespace lmcore::codegen
