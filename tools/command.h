@@ -26,5 +26,6 @@ int run_train(int argc, char** argv);
 int run_generate(int argc, char** argv);
 int run_tokenizer(int argc, char** argv);
 int run_tokenize(int argc, char** argv);
+int run_codegen(int argc, char** argv);
 
 }  // namespace lmcore::cli

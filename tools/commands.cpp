@@ -17,6 +17,7 @@ const std::vector<Command>& all_commands() {
       {"tokenizer", "byte-level BPE: lmcore tokenizer train|encode|decode (train on files; encode/decode stdin)",
        run_tokenizer},
       {"tokenize", "text files -> token shards: lmcore tokenize --tokenizer FILE --out-dir DIR FILES...", run_tokenize},
+      {"codegen", "generated CPU kernels: lmcore codegen list|warm|clear", run_codegen},
   };
   return commands;
 }

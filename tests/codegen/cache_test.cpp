@@ -82,7 +82,7 @@ TEST(CodegenCompiler, HangingCompilerIsKilledAtTheTimeout) {
   // The compile sleeps in a child of the script: the whole process group must be killed.
   o.compiler = testing::write_script(dir.path() + "/hangcc",
                                      "case \"$1\" in --version) echo 'hangcc 1.0';; "
-                                     "*) (sleep 30; touch " + marker + ") & wait;; esac\n");
+                                     "*) (/bin/sleep 30; /bin/touch " + marker + ") & wait;; esac\n");
   o.compile_timeout_seconds = 0.5;
   const auto t0 = std::chrono::steady_clock::now();
   RmsNormKernel k;
