@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Times lmcore's core ops against torch 1.13 on the same inputs and the same thread count.
 
-    PYTHONPATH=build/release/python /usr/bin/python3 bench/compare_torch.py [--quick] [--threads N]
+    PYTHONPATH=build/release/python /usr/bin/python3 bench/compare_torch.py [--quick] [--threads N] [--only OP]
 
 Inputs are torch tensors; lmcore reads them zero-copy through DLPack, so both libraries see the same
 memory. Each op allocates its output in both libraries. Times are medians over several runs after a
@@ -65,13 +65,39 @@ def cases(quick):
          lambda: lmcore.embedding_backward(lgradb, lids, V),
          lambda: torch.ops.aten.embedding_dense_backward(gradb, ids, V, -1, False)),
         ("cast f32->bf16", f"[{flat.numel()}]", lambda: lmcore.cast(lflat, "bf16"), lambda: flat.to(torch.bfloat16)),
-    ]
+    ] + lce_cases(quick, g)
+
+
+def lce_cases(quick, g):
+    """Linear cross-entropy forward + backward in bf16: lmcore's fused kernel (matrix units where the CPU
+    has them, d_weight summed in f32) against torch's unfused bf16 path: logits = hidden @ weight^T in
+    bf16, F.cross_entropy on those bf16 logits (faster here than upcasting them to f32 first), and
+    autograd for d_hidden and d_weight. Each side allocates its own gradients."""
+    N, H = (1024, 1024) if quick else (4096, 1024)
+    out = []
+    for V in (32000,) if quick else (32000, 128256):
+        hidden = torch.randn(N, H, generator=g).bfloat16()
+        weight = (torch.randn(V, H, generator=g) * 0.05).bfloat16()
+        target = torch.randint(0, V, (N,), generator=g)
+        lh, lw, lt = lm(hidden), lm(weight), lm(target)
+
+        def fused(lh=lh, lw=lw, lt=lt, V=V):
+            lmcore.linear_cross_entropy_with_grad(lh, lw, lt, d_weight=torch.zeros(V, H))
+
+        def unfused(hidden=hidden, weight=weight, target=target):
+            h = hidden.detach().requires_grad_()
+            w = weight.detach().requires_grad_()
+            torch.nn.functional.cross_entropy(h @ w.t(), target).backward()
+
+        out.append(("linear cross-entropy fwd+bwd", f"bf16 N={N} H={H} V={V}", fused, unfused))
+    return out
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller inputs, fewer repeats")
     ap.add_argument("--threads", type=int, default=0, help="threads for both (default: lmcore's count)")
+    ap.add_argument("--only", default="", help="run only the rows whose op contains this text (default: all)")
     args = ap.parse_args()
     threads = args.threads or lmcore.num_threads()
     lmcore.set_num_threads(threads)
@@ -79,6 +105,8 @@ def main():
     repeats = 5 if args.quick else 11
     rows = []
     for op, shape, f_lm, f_torch in cases(args.quick):
+        if args.only not in op:
+            continue
         t_lm = median_seconds(f_lm, repeats)
         t_torch = median_seconds(f_torch, repeats)
         rows.append((op, shape, t_lm * 1e3, t_torch * 1e3, t_torch / t_lm))

@@ -21,8 +21,12 @@ struct Tiling {
 inline constexpr std::int64_t kMinRowsPerTile = 64;
 
 // `slices`: how many threads convert weight panels at once (each has its own panel buffer).
+// `min_rows`: the fewest rows a whole-vocabulary tile may have; below it the vocabulary is chunked
+// with `chunk_rows` rows per tile (both kMinRowsPerTile for BLAS; larger on the matrix units, see
+// linear_cross_entropy.cpp).
 inline Tiling choose_tiling(const char* op, std::int64_t n, std::int64_t h, std::int64_t v, std::size_t acc_size,
-                            const LossOptions& o, bool converts_weight, std::int64_t slices = 1) {
+                            const LossOptions& o, bool converts_weight, std::int64_t slices = 1,
+                            std::int64_t min_rows = kMinRowsPerTile, std::int64_t chunk_rows = kMinRowsPerTile) {
   LMCORE_CHECK(o.chunk_size >= 0, "{}: chunk_size must be >= 0 (0 = automatic), found {}", op, o.chunk_size);
   LMCORE_CHECK(o.token_tile >= 0, "{}: token_tile must be >= 0 (0 = automatic), found {}", op, o.token_tile);
   LMCORE_CHECK(o.memory_budget > 0, "{}: memory_budget must be > 0 bytes, found {}", op, o.memory_budget);
@@ -32,10 +36,10 @@ inline Tiling choose_tiling(const char* op, std::int64_t n, std::int64_t h, std:
   std::int64_t rows = o.token_tile, cols = o.chunk_size > 0 ? std::min(o.chunk_size, v) : 0;
   if (rows == 0 && cols == 0) {
     rows = budget / (v * acc);
-    if (rows >= kMinRowsPerTile || rows >= n) {
+    if (rows >= min_rows || rows >= n) {
       cols = v;
     } else {
-      rows = kMinRowsPerTile;
+      rows = std::max<std::int64_t>(1, std::min(chunk_rows, n));
       cols = std::clamp<std::int64_t>(budget / (rows * acc), 1, v);
     }
   } else if (rows == 0) {

@@ -16,6 +16,7 @@
 // Before: bf16 d_hidden 1/128 |want| (twice the rounding), loss 1e-5 + 1e-6, d_weight 1e-4 |want| against
 // the f32 path (which shares every helper); cross_entropy 1e-12 absolute (~4500 eps at |loss| ~ 1);
 // the module 1e-5 |want| + 1e-7 and checked against the unfused path.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -25,6 +26,7 @@
 #include "lmcore/loss/cross_entropy.h"
 #include "lmcore/loss/linear_cross_entropy.h"
 #include "lmcore/loss/linear_cross_entropy_loss.h"
+#include "src/loss/tiling.h"
 #include "tests/common/bounds.h"
 #include "tests/loss/loss_test_util.h"
 #include "tests/loss/naive_reference.h"
@@ -62,12 +64,15 @@ TEST(LinearCrossEntropyPrecision, Bf16AndF16InputsMatchTheNaiveReference) {
     const DType dtype = run.dtype;
     set_lowp_gemm_onednn(run.onednn);
     const bool units = dtype == DType::bf16 && lowp_gemm_path(DType::bf16) == LowpGemmPath::onednn;
-    for (std::int64_t chunk : {std::int64_t{64}, std::int64_t{0}}) {
-      const std::string name = std::string(dtype_name(dtype)) + (units ? " (matrix units)" : "") + " chunk " +
-                               std::to_string(chunk) + " ";
+    // chunk -1: automatic tiling from a 20000-byte budget, too small for a whole-vocabulary tile of
+    // the 40 rows (chunks of 83 columns on the matrix units, 125 otherwise: two passes).
+    for (std::int64_t chunk : {std::int64_t{64}, std::int64_t{0}, std::int64_t{-1}}) {
+      const std::string name = std::string(dtype_name(dtype)) + (units ? " (matrix units)" : "") +
+                               (chunk < 0 ? std::string(" budget 20000") : " chunk " + std::to_string(chunk)) + " ";
       SCOPED_TRACE(name);
       const Tensor hb = random_tensor({n, h}, 1, 1.0, dtype), wb = random_tensor({v, h}, 2, 0.1, dtype);
-      o.chunk_size = chunk;
+      o.chunk_size = std::max<std::int64_t>(chunk, 0);
+      o.memory_budget = chunk < 0 ? 20000 : LossOptions().memory_budget;
       Tensor dw = Tensor::zeros({v, h}, DType::f32);
       const auto b = linear_cross_entropy_with_grad(hb, wb, target, o, g, dw, Tensor());
       EXPECT_EQ(b.d_hidden.dtype(), dtype);
@@ -85,6 +90,33 @@ TEST(LinearCrossEntropyPrecision, Bf16AndF16InputsMatchTheNaiveReference) {
     }
   }
   set_lowp_gemm_onednn(true);
+}
+
+// The automatic tiling: whole-vocabulary tiles while they hold min_rows rows (or every token), else
+// chunks of the vocabulary with chunk_rows rows (64 and 64 for BLAS; 512 and 4096 on the matrix
+// units, whose tile holds an f32 and a bf16 copy: 6 bytes per logit).
+TEST(LinearCrossEntropyPrecision, TilingKeepsWholeVocabularyTilesOnlyWhileTheyHoldEnoughRows) {
+  LossOptions o;  // 128 MiB
+  using loss_detail::choose_tiling;
+  const auto blas = [&](std::int64_t n, std::int64_t v) { return choose_tiling("t", n, 1024, v, 4, o, false); };
+  const auto units = [&](std::int64_t n, std::int64_t v) {
+    return choose_tiling("t", n, 1024, v, 6, o, false, 1, 512, 4096);
+  };
+  EXPECT_EQ(blas(4096, 128256).rows, (128 << 20) / (128256 * 4));  // 261 rows >= 64: whole vocabulary
+  EXPECT_EQ(blas(4096, 128256).cols, 128256);
+  EXPECT_EQ(units(4096, 32000).rows, (128 << 20) / (32000 * 6));  // 699 rows >= 512
+  EXPECT_EQ(units(4096, 32000).cols, 32000);
+  const loss_detail::Tiling big = units(4096, 128256);  // 174 rows < 512: 4096 rows x 5461 columns
+  EXPECT_EQ(big.rows, 4096);
+  EXPECT_EQ(big.cols, (128 << 20) / (4096 * 6));
+  EXPECT_EQ(big.panel, big.cols);
+  const loss_detail::Tiling few = units(300, 1 << 20);  // fewer tokens than chunk_rows: all of them
+  EXPECT_EQ(few.rows, 300);
+  EXPECT_EQ(few.cols, (128 << 20) / (300 * 6));
+  EXPECT_EQ(units(100, 128256).rows, 100);  // room for 174 rows, only 100 tokens: one whole tile
+  EXPECT_EQ(units(100, 128256).cols, 128256);
+  EXPECT_EQ(units(200, 128256).rows, 200);  // 174 rows < 200 tokens and < 512: chunked
+  EXPECT_EQ(units(200, 128256).cols, (128 << 20) / (200 * 6));
 }
 
 TEST(LinearCrossEntropyPrecision, Bf16WeightGradientIsSummedInF32AndRoundedOnce) {
