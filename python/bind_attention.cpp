@@ -85,6 +85,26 @@ void bind_attention(py::module_& m) {
       .def("__rand__", [](const MaskMod& b, const py::object& a) { return to_mask(a) & b; })
       .def("__ror__", [](const MaskMod& b, const py::object& a) { return to_mask(a) | b; })
       .def("__invert__", [](const MaskMod& a) { return !a; })
+      .def_static("from_tensor", [](const py::object& t) { return MaskMod::from_tensor(to_tensor(t, "mask")); },
+                  py::arg("mask"), "A bool mask broadcastable to [B, H, L, S] (true = attend), kept alive by the MaskMod")
+      .def(
+          "dense",
+          [](const MaskMod& a, std::int64_t B, std::int64_t H, std::int64_t L, std::int64_t S) {
+            LMCORE_CHECK(B >= 0 && H >= 0 && L >= 0 && S >= 0, "MaskMod.dense: expected sizes >= 0, found {} {} {} {}",
+                         B, H, L, S);
+            py::array_t<bool> out({B, H, L, S});
+            auto* p = reinterpret_cast<std::uint8_t*>(out.mutable_data());
+            {
+              py::gil_scoped_release release;
+              for (std::int64_t b = 0; b < B; ++b)
+                for (std::int64_t h = 0; h < H; ++h)
+                  if (L > 0 && S > 0) a.fill(b, h, 0, L, 0, S, p + (b * H + h) * L * S, S);
+            }
+            return out;
+          },
+          py::arg("B"), py::arg("H"), py::arg("Q_LEN"), py::arg("KV_LEN"), "bool [B, H, L, S]: allowed(b, h, q, kv)")
+      .def("independent_of_batch_and_head", &MaskMod::independent_of_batch_and_head,
+           "False when the mask may differ between batches or heads (callables, tensors)")
       .def("allowed", &MaskMod::allowed, py::arg("b"), py::arg("h"), py::arg("q_idx"), py::arg("kv_idx"))
       .def("__repr__", [](const MaskMod& a) { return "MaskMod(" + a.describe() + ")"; });
 
@@ -117,6 +137,17 @@ void bind_attention(py::module_& m) {
       .def_readonly("kv_block", &BlockMask::kv_block)
       .def_readonly("num_q_blocks", &BlockMask::num_q_blocks)
       .def_readonly("num_kv_blocks", &BlockMask::num_kv_blocks)
+      .def_readonly("built_batch", &BlockMask::built_batch)
+      .def_readonly("built_heads", &BlockMask::built_heads)
+      .def(
+          "block_kinds",
+          [](const BlockMask& b) {
+            std::vector<std::uint8_t> kinds = block_kinds(b);
+            py::array_t<std::uint8_t> out({b.batch, b.heads, b.num_q_blocks, b.num_kv_blocks});
+            std::copy(kinds.begin(), kinds.end(), out.mutable_data());
+            return out;
+          },
+          "uint8 [batch, heads, num_q_blocks, num_kv_blocks]: 0 empty, 1 partial, 2 full (batch/heads 1 when broadcast)")
       .def("nonempty_blocks", &BlockMask::nonempty_blocks)
       .def("partial_blocks", [](const BlockMask& b) { return b.partial.total_blocks(); })
       .def("full_blocks", [](const BlockMask& b) { return b.full.total_blocks(); })
@@ -136,6 +167,26 @@ void bind_attention(py::module_& m) {
       py::arg("mask_mod"), py::arg("B"), py::arg("H"), py::arg("Q_LEN"), py::arg("KV_LEN"), py::arg("q_block") = 128,
       py::arg("kv_block") = 128,
       "Block mask of a MaskMod or callable mask_mod(b, h, q_idx, kv_idx); B or H of 1 broadcast.");
+
+  m.def(
+      "block_mask_from_kinds",
+      [](const py::array_t<std::uint8_t, py::array::c_style | py::array::forcecast>& kinds, const py::object& mask_mod,
+         std::int64_t L, std::int64_t S, std::int64_t q_block, std::int64_t kv_block) {
+        LMCORE_CHECK(kinds.ndim() == 4, "block_mask_from_kinds: 'kinds' must be [B, H, num_q_blocks, num_kv_blocks], "
+                     "found {} dimensions", kinds.ndim());
+        const MaskMod mm = to_mask(mask_mod);
+        std::vector<std::uint8_t> k(kinds.data(), kinds.data() + kinds.size());
+        const std::int64_t nq = (L + q_block - 1) / std::max<std::int64_t>(q_block, 1);
+        const std::int64_t nk = (S + kv_block - 1) / std::max<std::int64_t>(kv_block, 1);
+        LMCORE_CHECK(kinds.shape(2) == nq && kinds.shape(3) == nk,
+                     "block_mask_from_kinds: 'kinds' has {} x {} blocks per head, expected {} x {} for Q_LEN={}, "
+                     "KV_LEN={} and blocks {} x {}", kinds.shape(2), kinds.shape(3), nq, nk, L, S, q_block, kv_block);
+        py::gil_scoped_release release;
+        return block_mask_from_kinds(mm, k, kinds.shape(0), kinds.shape(1), L, S, q_block, kv_block);
+      },
+      py::arg("kinds"), py::arg("mask_mod"), py::arg("Q_LEN"), py::arg("KV_LEN"), py::arg("q_block") = 128,
+      py::arg("kv_block") = 128,
+      "A BlockMask from a table of block kinds (as BlockMask.block_kinds gives), mask_mod evaluated in partial blocks.");
 
   m.def(
       "flex_attention",

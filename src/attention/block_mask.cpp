@@ -211,4 +211,44 @@ BlockMask dense_block_mask(const MaskMod& mask, std::int64_t batch, std::int64_t
   return bm;
 }
 
+std::vector<std::uint8_t> block_kinds(const BlockMask& mask) {
+  const std::int64_t nq = mask.num_q_blocks, nk = mask.num_kv_blocks, rows = mask.batch * mask.heads * nq;
+  std::vector<std::uint8_t> kinds(static_cast<std::size_t>(rows * nk), static_cast<std::uint8_t>(BlockKind::empty));
+  auto mark = [&](const BlockRuns& runs, BlockKind kind) {
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t i = runs.offsets[static_cast<std::size_t>(r)]; i < runs.offsets[static_cast<std::size_t>(r) + 1]; ++i) {
+        const BlockRun run = runs.runs[static_cast<std::size_t>(i)];
+        for (std::int64_t kb = run.start; kb < run.start + run.length; ++kb)
+          kinds[static_cast<std::size_t>(r * nk + kb)] = static_cast<std::uint8_t>(kind);
+      }
+  };
+  mark(mask.partial, BlockKind::partial);
+  mark(mask.full, BlockKind::full);
+  return kinds;
+}
+
+BlockMask block_mask_from_kinds(const MaskMod& mask, const std::vector<std::uint8_t>& kinds, std::int64_t batch,
+                                std::int64_t heads, std::int64_t q_len, std::int64_t kv_len, std::int64_t q_block,
+                                std::int64_t kv_block) {
+  check_sizes("block_mask_from_kinds", batch, heads, q_len, kv_len, q_block, kv_block);
+  BlockMask bm = skeleton(mask, batch, heads, q_len, kv_len, q_block, kv_block);
+  bm.built_batch = batch;
+  bm.built_heads = heads;
+  const std::int64_t nq = bm.num_q_blocks, nk = bm.num_kv_blocks, rows = batch * heads * nq;
+  LMCORE_CHECK(static_cast<std::int64_t>(kinds.size()) == rows * nk,
+               "block_mask_from_kinds: expected {} block kinds ([{}, {}, {}, {}]), found {}", rows * nk, batch, heads,
+               nq, nk, kinds.size());
+  std::vector<std::vector<BlockRun>> partial(static_cast<std::size_t>(rows)), full(partial.size());
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t kb = 0; kb < nk; ++kb) {
+      const std::uint8_t kind = kinds[static_cast<std::size_t>(r * nk + kb)];
+      LMCORE_CHECK(kind <= 2, "block_mask_from_kinds: block kind at flat index {} is {}, expected 0 (empty), 1 "
+                   "(partial) or 2 (full)", r * nk + kb, kind);
+      if (kind == static_cast<std::uint8_t>(BlockKind::partial)) append_block(partial[static_cast<std::size_t>(r)], kb);
+      if (kind == static_cast<std::uint8_t>(BlockKind::full)) append_block(full[static_cast<std::size_t>(r)], kb);
+    }
+  finish(bm, partial, full);
+  return bm;
+}
+
 }  // namespace lmcore::attention

@@ -139,5 +139,34 @@ TEST(BlockMask, Validation) {
   EXPECT_THROW(create_block_mask(MaskMod::document({0, 0, 1}), 1, 1, 10, 10), Error);
 }
 
+// block_kinds gives the dense table of every block; block_mask_from_kinds rebuilds the same lists from it.
+TEST(BlockMask, KindsTableRoundTrips) {
+  for (const MaskMod& m : {MaskMod::sliding_window(40), MaskMod::document(docs(150)) & MaskMod::causal(),
+                           MaskMod::from_function([](std::int64_t b, std::int64_t h, std::int64_t q, std::int64_t kv) {
+                             return (q + kv + b + 2 * h) % 5 != 0 && kv <= q;
+                           })}) {
+    const BlockMask bm = create_block_mask(m, 2, 3, 150, 130, 32, 16);
+    const std::vector<std::uint8_t> kinds = block_kinds(bm);
+    ASSERT_EQ(static_cast<std::int64_t>(kinds.size()), bm.batch * bm.heads * bm.num_q_blocks * bm.num_kv_blocks);
+    std::int64_t partial = 0, full = 0;
+    for (std::uint8_t k : kinds) {
+      if (k == 1) ++partial;
+      if (k == 2) ++full;
+    }
+    EXPECT_EQ(partial, bm.partial.total_blocks());
+    EXPECT_EQ(full, bm.full.total_blocks());
+    const BlockMask back = block_mask_from_kinds(m, kinds, bm.batch, bm.heads, 150, 130, 32, 16);
+    EXPECT_EQ(block_kinds(back), kinds);
+    check_against_brute_force(back, /*exact=*/false);
+    EXPECT_EQ(back.built_batch, bm.batch);
+  }
+  std::vector<std::uint8_t> kinds(4 * 2, 2);
+  EXPECT_NO_THROW(block_mask_from_kinds(MaskMod::all(), kinds, 1, 1, 64, 32, 16, 16));
+  kinds[5] = 3;
+  EXPECT_THROW(block_mask_from_kinds(MaskMod::all(), kinds, 1, 1, 64, 32, 16, 16), Error);
+  kinds.pop_back();
+  EXPECT_THROW(block_mask_from_kinds(MaskMod::all(), kinds, 1, 1, 64, 32, 16, 16), Error);
+}
+
 }  // namespace
 }  // namespace lmcore::attention

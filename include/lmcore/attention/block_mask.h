@@ -78,4 +78,15 @@ BlockMask full_block_mask(std::int64_t q_len, std::int64_t kv_len, std::int64_t 
 BlockMask dense_block_mask(const MaskMod& mask, std::int64_t batch, std::int64_t heads, std::int64_t q_len,
                            std::int64_t kv_len, std::int64_t q_block = 128, std::int64_t kv_block = 128);
 
+// The kind of every block (BlockKind values: 0 empty, 1 partial, 2 full) as a dense table
+// [mask.batch][mask.heads][num_q_blocks][num_kv_blocks]: what PyTorch's BlockMask.to_dense and
+// as_tuple show. Its size is the number of blocks, so only for masks whose block grid is small.
+std::vector<std::uint8_t> block_kinds(const BlockMask& mask);
+// The inverse: a block mask from such a table for a batch x heads grid (1 broadcasts), with `mask`
+// evaluated inside the partial blocks. built_batch/built_heads are batch/heads. Throws on a kind > 2
+// or a table of the wrong size.
+BlockMask block_mask_from_kinds(const MaskMod& mask, const std::vector<std::uint8_t>& kinds, std::int64_t batch,
+                                std::int64_t heads, std::int64_t q_len, std::int64_t kv_len, std::int64_t q_block,
+                                std::int64_t kv_block);
+
 }  // namespace lmcore::attention
