@@ -12,10 +12,11 @@ how); the arithmetic stays in C++.
 """
 from lmcore.torch._attention import ScoreMod, alibi, flex_attention, relative_position_bias, softcap  # noqa: F401
 from lmcore.torch._convert import from_lmcore, to_lmcore  # noqa: F401
+from lmcore.torch._io import load, save  # noqa: F401
 from lmcore.torch._loss import LinearCrossEntropyLoss, linear_cross_entropy  # noqa: F401
 from lmcore.torch._masks import (BlockMask, and_masks, create_block_mask, create_mask, noop_mask,  # noqa: F401
                                  or_masks)
 
 __all__ = ["flex_attention", "create_block_mask", "create_mask", "BlockMask", "and_masks", "or_masks", "noop_mask",
            "alibi", "relative_position_bias", "softcap", "ScoreMod", "LinearCrossEntropyLoss", "linear_cross_entropy",
-           "to_lmcore", "from_lmcore"]
+           "load", "save", "to_lmcore", "from_lmcore"]
