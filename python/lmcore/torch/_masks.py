@@ -189,6 +189,13 @@ class BlockMask:
     def __init__(self, lm, mask_mod, maskmod, dense=None):
         self._lm, self.mask_mod, self._maskmod, self._dense = lm, mask_mod, maskmod, dense
 
+    # A BlockMask never changes after it is built: copies (copy.deepcopy of a model holding one) share it.
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
     # ---- PyTorch's surface ----
     @property
     def shape(self):
