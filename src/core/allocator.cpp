@@ -1,6 +1,9 @@
 #include "lmcore/core/allocator.h"
 
+#include <sys/mman.h>
+
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <new>
 
@@ -18,13 +21,51 @@ void raise_peak(std::size_t now) noexcept {
   }
 }
 
+// Blocks of at least kHugeBlock bytes are mapped directly, on a 2 MiB boundary, and marked for
+// transparent huge pages (where the kernel offers them through madvise): a fresh 150 MB gradient
+// then costs ~75 page faults instead of ~37000, which on the 2-core test machine took 35 of the 45 ms
+// of an embedding backward (V = 50257, D = 768, f32). glibc maps such sizes directly anyway (its mmap
+// threshold tops out at 32 MiB), so only the alignment and the advice are new. Not under
+// AddressSanitizer, which checks heap blocks only.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kMapHugeBlocks = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kMapHugeBlocks = false;
+#else
+constexpr bool kMapHugeBlocks = true;
+#endif
+#else
+constexpr bool kMapHugeBlocks = true;
+#endif
+constexpr std::size_t kHugeBlock = std::size_t{32} << 20, kHugePage = std::size_t{2} << 20;
+
+std::size_t mapped_length(std::size_t rounded) { return (rounded + kHugePage - 1) / kHugePage * kHugePage; }
+
+void* map_block(std::size_t rounded) {
+  // Over-map by one huge page, then trim both ends so the block starts on a 2 MiB boundary.
+  const std::size_t len = mapped_length(rounded);
+  void* raw = mmap(nullptr, len + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const auto start = reinterpret_cast<std::uintptr_t>(raw);
+  const std::uintptr_t aligned = (start + kHugePage - 1) / kHugePage * kHugePage;
+  if (aligned > start) munmap(raw, aligned - start);
+  const std::uintptr_t end = start + len + kHugePage;
+  if (end > aligned + len) munmap(reinterpret_cast<void*>(aligned + len), end - (aligned + len));
+  void* p = reinterpret_cast<void*>(aligned);
+  madvise(p, len, MADV_HUGEPAGE);  // advice only: without THP the block works the same
+  return p;
+}
+
 }  // namespace
 
 void* allocate_bytes(std::size_t nbytes) {
   // aligned_alloc needs a size that is a multiple of the alignment; round up (and give 0 one block).
   const std::size_t rounded = (nbytes + kStorageAlignment - 1) / kStorageAlignment * kStorageAlignment;
   if (rounded < nbytes) fail("allocate: {} bytes overflows size_t when aligned", nbytes);
-  void* ptr = std::aligned_alloc(kStorageAlignment, rounded == 0 ? kStorageAlignment : rounded);
+  void* ptr = kMapHugeBlocks && rounded >= kHugeBlock
+                  ? map_block(rounded)
+                  : std::aligned_alloc(kStorageAlignment, rounded == 0 ? kStorageAlignment : rounded);
   if (ptr == nullptr) fail("allocate: out of memory allocating {} bytes ({} bytes in use)", nbytes, current_bytes());
   raise_peak(g_current.fetch_add(nbytes, std::memory_order_relaxed) + nbytes);
   return ptr;
@@ -32,7 +73,9 @@ void* allocate_bytes(std::size_t nbytes) {
 
 void free_bytes(void* ptr, std::size_t nbytes) noexcept {
   if (ptr == nullptr) return;
-  std::free(ptr);
+  const std::size_t rounded = (nbytes + kStorageAlignment - 1) / kStorageAlignment * kStorageAlignment;
+  if (kMapHugeBlocks && rounded >= kHugeBlock) munmap(ptr, mapped_length(rounded));
+  else std::free(ptr);
   g_current.fetch_sub(nbytes, std::memory_order_relaxed);
 }
 
