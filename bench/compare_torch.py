@@ -3,12 +3,22 @@
 
     PYTHONPATH=build/release/python /usr/bin/python3 bench/compare_torch.py [--quick] [--threads N] [--only OP]
 
+A second table compares lmcore.torch (the drop-in ops with autograd) with the plain-torch code they
+replace: each side runs in a fresh process of its own (same thread count), which reports the median
+time and its peak RSS growth (peak during the first call minus the RSS once its inputs exist).
+
 Inputs are torch tensors; lmcore reads them zero-copy through DLPack, so both libraries see the same
 memory. Each op allocates its output in both libraries. Times are medians over several runs after a
 warm-up. `torch/lmcore` > 1 means lmcore is faster.
 """
 import argparse
+import json
+import math
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 import torch
@@ -93,13 +103,170 @@ def lce_cases(quick, g):
     return out
 
 
+# ---- lmcore.torch vs plain torch, one process per side ----
+
+def rss_kib(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def api_rows(quick):
+    """(name, input description, builder(side, path) -> callable); every builder makes its inputs."""
+    rows = []
+    H, D = 4, 64
+    for L, W in ((4096, 256), (4096, 1024), (8192, 256), (8192, 1024)):
+        if quick and L > 4096:
+            continue
+        rows.append(("flex_attention fwd+bwd", f"f32 B=1 H={H} L={L} D={D} window {W}, ALiBi slopes trained",
+                     lambda side, path, L=L, W=W: attention_case(side, H, L, D, W)))
+    N, Hd = 2048, 1024
+    for V in (32000, 128256):
+        if quick and V > 32000:
+            continue
+        rows.append(("LinearCrossEntropyLoss fwd+bwd", f"f32 N={N} H={Hd} V={V}",
+                     lambda side, path, V=V: lce_case(side, N, Hd, V)))
+    rows.append(("load 1 GiB", "torch zip, 16 x 64 MiB f32", lambda side, path: load_case(side, path, False)))
+    rows.append(("load 1 GiB + read all", "torch zip, 16 x 64 MiB f32", lambda side, path: load_case(side, path, True)))
+    return rows
+
+
+def attention_case(side, H, L, D, W):
+    import lmcore.torch as lt
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, H, L, D, generator=g).requires_grad_() for _ in range(3))
+    d_out = torch.randn(1, H, L, D, generator=g)
+    slopes = torch.tensor(lmcore.ScoreMod.alibi_slopes(H)).requires_grad_()
+    params = (q, k, v, slopes)
+    if side == "lmcore":
+        bm = lt.create_block_mask(lmcore.MaskMod.sliding_window(W), None, None, L, L)
+
+        def attend():
+            return lt.flex_attention(q, k, v, score_mod=lt.alibi(slopes), block_mask=bm)
+    else:
+        qi, kv = torch.arange(L).view(L, 1), torch.arange(L).view(1, L)
+        allowed = (kv <= qi) & (qi - kv <= W)
+        distance = (kv - qi).float()
+
+        def attend():
+            s = q @ k.transpose(-1, -2) / math.sqrt(D) + slopes.view(1, H, 1, 1) * distance
+            return torch.softmax(s.masked_fill(~allowed, float("-inf")), -1) @ v
+
+    def run():
+        for p in params:
+            p.grad = None
+        attend().backward(d_out)
+    return run
+
+
+def lce_case(side, N, H, V):
+    import lmcore.torch as lt
+    torch.manual_seed(0)
+    hidden = torch.randn(N, H).requires_grad_()
+    target = torch.randint(0, V, (N,))
+    if side == "lmcore":
+        mod = lt.LinearCrossEntropyLoss(H, V)
+        loss_of = lambda: mod(hidden, target)
+    else:
+        lin, ce = torch.nn.Linear(H, V, bias=False), torch.nn.CrossEntropyLoss()
+        loss_of = lambda: ce(lin(hidden), target)
+    params = [hidden] + list((mod if side == "lmcore" else lin).parameters())
+
+    def run():
+        for p in params:
+            p.grad = None
+        loss_of().backward()
+    return run
+
+
+def load_case(side, path, read_all):
+    import lmcore.torch as lt
+
+    def run():
+        sd = lt.load(path) if side == "lmcore" else torch.load(path, weights_only=True)
+        if read_all:
+            for t in sd.values():
+                t.sum()
+    return run
+
+
+def child(index, side, quick, threads):
+    lmcore.set_num_threads(threads)
+    torch.set_num_threads(threads)
+    name, _, build = api_rows(quick)[index]
+    run = build(side, os.environ.get("LMCORE_BENCH_FILE", ""))
+    base = rss_kib("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets VmHWM to the current RSS
+    t0 = time.perf_counter()
+    run()
+    first = time.perf_counter() - t0
+    peak = rss_kib("VmHWM")
+    # Long calls are timed fewer times (the first, cold call is never counted).
+    repeats = 1 if first > 5.0 else 3 if first > 1.0 else 7
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    t = statistics.median(times)
+    print(json.dumps({"ms": t * 1e3, "peak_mib": (peak - base) / 1024}))
+
+
+def api_table(args, threads):
+    rows = [(i, r) for i, r in enumerate(api_rows(args.quick)) if args.only in r[0]]
+    if not rows:
+        return
+    path = None
+    if any(r[0].startswith("load") for _, r in rows):
+        fd, path = tempfile.mkstemp(suffix=".pt", dir=os.environ.get("TMPDIR", "/tmp"))
+        os.close(fd)
+        g = torch.Generator().manual_seed(0)
+        torch.save({f"layer{i}.weight": torch.randn(4096, 4096, generator=g) for i in range(16)}, path)
+    try:
+        out = []
+        for i, (name, shape, _) in rows:
+            res = {}
+            for side in ("lmcore", "torch"):
+                r = subprocess.run([sys.executable, __file__, "--child", str(i), side, "--threads", str(threads)]
+                                   + (["--quick"] if args.quick else []), capture_output=True, text=True,
+                                   env=dict(os.environ, LMCORE_BENCH_FILE=path or ""))
+                if r.returncode != 0:
+                    raise SystemExit(f"{name} ({side}) failed:\n{r.stderr[-2000:]}")
+                res[side] = json.loads(r.stdout.strip().splitlines()[-1])
+            out.append((name, shape, res["lmcore"], res["torch"]))
+    finally:
+        if path:
+            os.unlink(path)
+    print(f"\nlmcore.torch vs plain torch, one process per side, {threads} threads each; median ms and peak RSS "
+          f"growth (MiB) of a call; speed = torch ms / lmcore ms, memory = torch growth / lmcore growth")
+    header = ("op", "input", "lmcore ms", "torch ms", "speed", "lmcore MiB", "torch MiB", "memory")
+    w0 = max(len(r[0]) for r in out + [header])
+    w1 = max(len(r[1]) for r in out + [header])
+    print("  ".join([header[0].ljust(w0), header[1].ljust(w1)] + [h.rjust(10) for h in header[2:]]))
+    for name, shape, a, b in out:
+        mem = b["peak_mib"] / a["peak_mib"] if a["peak_mib"] > 0.5 else float("inf")
+        print("  ".join([name.ljust(w0), shape.ljust(w1), f"{a['ms']:10.1f}", f"{b['ms']:10.1f}",
+                         f"{b['ms'] / a['ms']:10.2f}", f"{a['peak_mib']:10.1f}", f"{b['peak_mib']:10.1f}",
+                         f"{mem:10.1f}"]))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller inputs, fewer repeats")
     ap.add_argument("--threads", type=int, default=0, help="threads for both (default: lmcore's count)")
     ap.add_argument("--only", default="", help="run only the rows whose op contains this text (default: all)")
+    ap.add_argument("--torch-api", choices=["both", "only", "no"], default="both",
+                    help="the lmcore.torch table: with the core rows, alone, or not at all (default both)")
+    ap.add_argument("--child", nargs=2, metavar=("ROW", "SIDE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     threads = args.threads or lmcore.num_threads()
+    if args.child:
+        return child(int(args.child[0]), args.child[1], args.quick, threads)
+    if args.torch_api == "only":
+        return api_table(args, threads)
     lmcore.set_num_threads(threads)
     torch.set_num_threads(threads)
     repeats = 5 if args.quick else 11
@@ -117,6 +284,8 @@ def main():
     print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
     for op, shape, a, b, r in rows:
         print("  ".join([op.ljust(widths[0]), shape.ljust(widths[1]), f"{a:10.3f}", f"{b:10.3f}", f"{r:10.2f}"]))
+    if args.torch_api == "both":
+        api_table(args, threads)
 
 
 if __name__ == "__main__":

@@ -167,3 +167,18 @@ def test_argument_errors_name_the_argument():
     t2[1] = 10
     with pytest.raises(ValueError, match=r"target\[1\] = 10 is out of range"):
         lt.linear_cross_entropy(x, w, t2)
+
+
+def test_mean_and_sum_compute_gradients_in_the_forward_only_when_wanted():
+    # With gradients wanted, "mean"/"sum" take the one-pass forward + backward; under no_grad (or with no
+    # input requiring grad) a forward only. Same loss either way; backward twice scales the same gradients.
+    x, w, _, _, t = make((3, 4), 8, 21, torch.float32, seed=6)
+    with torch.no_grad():
+        plain = lt.linear_cross_entropy(x, w, t, reduction="sum")
+    xr = x.clone().requires_grad_()
+    fused = lt.linear_cross_entropy(xr, w, t, reduction="sum")
+    assert torch.equal(plain, fused.detach()) or abs(plain.item() - fused.item()) <= 8 * 2.0 ** -23 * abs(plain.item())
+    fused.backward(torch.tensor(2.0), retain_graph=True)
+    first = xr.grad.clone()
+    fused.backward(torch.tensor(-1.0))
+    close_within("two backward calls (the second recomputed)", xr.grad, first * 0.5, torch.float32, *GRAD)

@@ -8,8 +8,10 @@ nn.Module LinearCrossEntropyLoss, under the argument names of PyTorch 2.13.
 Definitions are lmcore's (lmcore/loss/cross_entropy.h): torch's F.cross_entropy of
 F.linear(input, linear_weight, linear_bias), after an optional softcap c * tanh(x / c), plus the
 z-loss z_loss * logsumexp^2 (a plain mean over the counted tokens for "mean"). The [N, V] logits
-never exist: the forward keeps only the per-token logsumexp, and the backward recomputes tiles of
-logits. Arithmetic is f32 for f32/bf16/f16 inputs and f64 for f64 inputs (torch.autograd.gradcheck
+never exist: for "mean" and "sum" the forward computes the gradients from the same tiles of logits
+(an incoming gradient only scales them), for "none" it keeps the per-token logsumexp and the backward
+recomputes the tiles. With gradients wanted, the forward of "mean"/"sum" therefore costs about what a
+forward + backward costs; under torch.no_grad() it is a forward only. Arithmetic is f32 for f32/bf16/f16 inputs and f64 for f64 inputs (torch.autograd.gradcheck
 runs on the f64 path). The loss comes back in the input's dtype; gradients reach input, linear_weight
 and linear_bias for every reduction and any incoming gradient (first order only).
 """
@@ -35,33 +37,61 @@ def _options(reduction, weight, ignore_index, label_smoothing, z_loss, softcap, 
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
+    """Forward and backward of the fused loss. For "mean" and "sum" with gradients wanted (`fused`), the
+    forward computes the gradients too, for an incoming gradient of 1, from the same tiles of logits
+    (linear_cross_entropy_with_grad: 3 products per tile instead of 4 over two passes); the loss is
+    linear in them, so the backward only scales them by the incoming gradient. "none" cannot: its
+    d_weight sums per-token gradients that are only known in the backward."""
+
     @staticmethod
-    def forward(ctx, hidden, linear_weight, linear_bias, target, options):
+    def forward(ctx, hidden, linear_weight, linear_bias, target, options, fused):
         # hidden [N, H], linear_weight [V, H], linear_bias [V] or None, target [N] i64
         kw = dict(options)
         if linear_bias is not None:
             kw["bias"] = to_lmcore(linear_bias, "linear_bias")
-        loss, _, lse = _lmcore.linear_cross_entropy(to_lmcore(hidden, "input"), to_lmcore(linear_weight, "linear_weight"),
-                                                    to_lmcore(target, "target"), **kw)
+        h, w, t = to_lmcore(hidden, "input"), to_lmcore(linear_weight, "linear_weight"), to_lmcore(target, "target")
+        ctx.options, ctx.fused = options, fused
+        if fused:
+            acc = torch.float64 if options["accumulate"] == "f64" else torch.float32
+            # The kernel ADDS into d_weight and d_bias: zeros in the accumulation dtype.
+            d_weight = torch.zeros(linear_weight.shape, dtype=acc) if ctx.needs_input_grad[1] else None
+            d_bias = torch.zeros(linear_bias.shape, dtype=acc) if linear_bias is not None and ctx.needs_input_grad[2] \
+                else None
+            loss, _, _, d_hidden = _lmcore.linear_cross_entropy_with_grad(
+                h, w, t, grad_loss=to_lmcore(torch.ones((), dtype=acc), "grad"),
+                d_weight=None if d_weight is None else to_lmcore(d_weight, "d_weight"),
+                d_bias=None if d_bias is None else to_lmcore(d_bias, "d_bias"), **kw)
+            ctx.grads = (from_lmcore(d_hidden), d_weight, d_bias)
+            ctx.save_for_backward(hidden, linear_weight, linear_bias, target)
+            ctx.lse = None  # a second backward (retain_graph) recomputes it
+            return from_lmcore(loss).to(hidden.dtype)
+        loss, _, lse = _lmcore.linear_cross_entropy(h, w, t, **kw)
         ctx.save_for_backward(hidden, linear_weight, linear_bias, target)
         ctx.lse = from_lmcore(lse)  # [N] in the accumulation dtype, not a function of anything differentiable
-        ctx.options = options
         return from_lmcore(loss).to(hidden.dtype)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
         hidden, linear_weight, linear_bias, target = ctx.saved_tensors
-        acc = ctx.lse.dtype
+        if ctx.fused and ctx.grads is not None:
+            # The first backward hands the forward's gradients over, scaled in place (no second [V, H]
+            # buffer); a later one (retain_graph=True) recomputes them below.
+            out = []
+            for g, p, needed in zip(ctx.grads, (hidden, linear_weight, linear_bias), ctx.needs_input_grad[:3]):
+                out.append(None if g is None or not needed else g.mul_(grad.to(g.dtype)).to(p.dtype))
+            ctx.grads = None
+            return (*out, None, None, None)
+        acc = torch.float64 if ctx.options["accumulate"] == "f64" else torch.float32
         kw = dict(ctx.options)
         if linear_bias is not None:
             kw["bias"] = to_lmcore(linear_bias, "linear_bias")
-        # The kernel ADDS into d_weight and d_bias: zeros in the accumulation dtype (no extra [V, H] buffer inside).
         d_weight = torch.zeros(linear_weight.shape, dtype=acc) if ctx.needs_input_grad[1] else None
         d_bias = torch.zeros(linear_bias.shape, dtype=acc) if linear_bias is not None and ctx.needs_input_grad[2] else None
         d_hidden = _lmcore.linear_cross_entropy_backward(
             to_lmcore(hidden, "input"), to_lmcore(linear_weight, "linear_weight"), to_lmcore(target, "target"),
-            grad_loss=to_lmcore(grad.detach().to(acc).contiguous(), "grad"), lse=to_lmcore(ctx.lse, "lse"),
+            grad_loss=to_lmcore(grad.detach().to(acc).contiguous(), "grad"),
+            lse=None if ctx.lse is None else to_lmcore(ctx.lse, "lse"),
             d_weight=None if d_weight is None else to_lmcore(d_weight, "d_weight"),
             d_bias=None if d_bias is None else to_lmcore(d_bias, "d_bias"), **kw)
         d_hidden = from_lmcore(d_hidden) if ctx.needs_input_grad[0] else None
@@ -69,7 +99,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             d_weight = d_weight.to(linear_weight.dtype)
         if d_bias is not None:
             d_bias = d_bias.to(linear_bias.dtype)
-        return d_hidden, d_weight, d_bias, None, None
+        return d_hidden, d_weight, d_bias, None, None, None
 
 
 def linear_cross_entropy(input, linear_weight, target, *, linear_bias=None, weight=None, reduction="mean",
@@ -115,8 +145,11 @@ def linear_cross_entropy(input, linear_weight, target, *, linear_bias=None, weig
         raise ValueError(f"z_loss: expected a number >= 0, found {z_loss}")
     options = _options(reduction, weight, ignore_index, label_smoothing, z_loss, softcap, input.dtype)
     lead = target.shape
+    wants_grad = input.requires_grad or linear_weight.requires_grad or (linear_bias is not None and
+                                                                         linear_bias.requires_grad)
+    fused = torch.is_grad_enabled() and wants_grad and reduction != "none"
     loss = _LinearCrossEntropy.apply(input.reshape(-1, input.shape[-1]), linear_weight, linear_bias,
-                                     target.reshape(-1).to(torch.int64), options)
+                                     target.reshape(-1).to(torch.int64), options, fused)
     return loss.reshape(lead) if reduction == "none" else loss
 
 
