@@ -267,10 +267,6 @@ def test_argument_errors():
         lt.create_block_mask(window, 1, 1, 16, 16, device="cuda")
     with pytest.raises(TypeError, match="mask_mod: expected it to return bool, found torch.int64"):
         lt.create_block_mask(lambda b, h, qi, kv: qi - kv, 1, 1, 16, 16)
-    # A gradient through the returned lse is refused rather than dropped.
-    tq = q.clone().requires_grad_()
-    out, lse = lt.flex_attention(tq, k, v, return_lse=True)
-    assert not lse.requires_grad
     with pytest.raises(KeyError, match="mask boom"):
         def bad(b, h, qi, kv):
             raise KeyError("mask boom")
@@ -295,3 +291,33 @@ def test_nan_propagates_and_only_emptied_rows_are_zero():
     out.backward(d_out)
     assert torch.equal(tq.grad[0, 0, 0], torch.zeros(4))
     assert torch.isnan(tq.grad[0, 0, 3]).all()
+
+
+def test_gradient_through_lse():
+    # d lse_i / d s_ij = P_ij: a loss on the returned lse (as well as on out) reaches q, k and the slopes.
+    q, k, v, d_out = inputs(1, 2, 2, 24, 20, 8, 4, seed=16)
+    g = torch.randn(1, 2, 24, generator=torch.Generator().manual_seed(17))
+    slopes = torch.tensor([0.5, 0.25], requires_grad=True)
+    bm = lt.create_block_mask(window, None, None, 24, 20, BLOCK_SIZE=8)
+    tq, tk, tv = (x.clone().requires_grad_() for x in (q, k, v))
+    out, lse = lt.flex_attention(tq, tk, tv, score_mod=lt.alibi(slopes), block_mask=bm, return_lse=True)
+    assert lse.requires_grad
+    ((out * d_out).sum() + (lse * g).sum()).backward()
+    rq, rk, rv = (x.double().requires_grad_() for x in (q, k, v))
+    rs = slopes.detach().double().requires_grad_()
+    ref_out, ref_lse = torch_attention(rq, rk, rv, lt.create_mask(window, 1, 1, 24, 20), lt.alibi(rs))
+    ((ref_out * d_out.double()).sum() + (ref_lse * g.double()).sum()).backward()
+    b = BOUNDS[torch.float32]
+    for name, got, want in (("dq", tq.grad, rq.grad), ("dk", tk.grad, rk.grad), ("dv", tv.grad, rv.grad)):
+        close_within(f"with lse: {name}", got, want, torch.float32, *b["grad"])
+    close_within("with lse: d slopes", slopes.grad, rs.grad, torch.float32, *b["param"])
+    # lse alone: out unused (its gradient is zeros), v gets none.
+    tq.grad = None
+    tv.grad = None
+    _, lse = lt.flex_attention(tq, tk, tv, block_mask=bm, return_lse=True)
+    (lse * g).sum().backward()
+    rq.grad = None
+    _, ref_lse = torch_attention(rq, rk, rv, lt.create_mask(window, 1, 1, 24, 20))
+    (ref_lse * g.double()).sum().backward()
+    close_within("lse only: dq", tq.grad, rq.grad, torch.float32, *b["grad"])
+    assert tv.grad is None or torch.equal(tv.grad, torch.zeros_like(tv))

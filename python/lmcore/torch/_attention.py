@@ -6,7 +6,7 @@
     out.sum().backward()      # q.grad, k.grad, v.grad and slopes.grad
 
 q [B, Hq, L, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv], f32/bf16/f16 (one dtype), any strides; out
-[B, Hq, L, Dv] in q's dtype, lse [B, Hq, L] f32 (natural log). scale None is 1/sqrt(D). Hq != Hkv needs
+[B, Hq, L, Dv] in q's dtype, lse [B, Hq, L] f32 (natural log); both carry gradients. scale None is 1/sqrt(D). Hq != Hkv needs
 enable_gqa=True, as in PyTorch. kernel_options (PyTorch's Triton tuning knobs) are accepted and
 have no effect here.
 
@@ -141,28 +141,39 @@ class _FlexAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, lm_mask, lm_score, scale, zero_q, *params):
         ctx.lm_mask, ctx.lm_score, ctx.scale, ctx.zero_q = lm_mask, lm_score, scale, zero_q
         ctx.n_params = len(params)
-        if zero_q:  # every score 0: lmcore reads scale 0 as "default", so scale 1 on a zero query instead
-            q = torch.zeros_like(q)
-        out, lse = _lmcore.flex_attention(to_lmcore(q, "query"), to_lmcore(k, "key"), to_lmcore(v, "value"),
+        # scale 0 (every score 0): lmcore reads scale 0 as "default", so scale 1 on a zero query instead
+        qq = torch.zeros_like(q) if zero_q else q
+        out, lse = _lmcore.flex_attention(to_lmcore(qq, "query"), to_lmcore(k, "key"), to_lmcore(v, "value"),
                                           block_mask=lm_mask, score_mod=lm_score, scale=scale, return_lse=True)
         out, lse = from_lmcore(out), from_lmcore(lse)
         ctx.save_for_backward(q, k, v, out, lse, *params)
-        ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, d_out, d_lse):
         q, k, v, out, lse, *params = ctx.saved_tensors
-        if d_lse is not None and d_lse.abs().max() != 0:
-            raise RuntimeError("flex_attention: lmcore computes no gradient through the returned lse; use the "
-                               "output only in the loss (or detach the lse)")
+        if ctx.zero_q:
+            q = torch.zeros_like(q)
+        if d_lse is not None and bool((d_lse != 0).any()):
+            # d lse_i / d s_ij = P_ij, so a gradient g_i on lse adds P_ij g_i to dS_ij = P_ij (dP_ij - delta_i):
+            # delta_i = d_out_i . out_i becomes delta_i - g_i. The kernel takes delta from (out, d_out), so one
+            # extra value column carries it: out 1, d_out -g, v 0 (dP and dq, dk unchanged; its dv is dropped).
+            one = torch.ones(out.shape[:-1] + (1,), dtype=out.dtype)
+            out = torch.cat([out, one], -1)
+            d_out = torch.cat([d_out, -d_lse.unsqueeze(-1).to(d_out.dtype)], -1)
+            v = torch.cat([v, torch.zeros(v.shape[:-1] + (1,), dtype=v.dtype)], -1)
+            extra = True
+        else:
+            extra = False
         want_params = any(ctx.needs_input_grad[7:])
         r = _lmcore.flex_attention_backward(
             to_lmcore(q, "query"), to_lmcore(k, "key"), to_lmcore(v, "value"), to_lmcore(out, "out"),
             to_lmcore(lse, "lse"), to_lmcore(d_out.contiguous(), "grad"), block_mask=ctx.lm_mask,
             score_mod=ctx.lm_score, scale=ctx.scale, return_score_mod_grads=want_params)
         dq, dk, dv = (from_lmcore(t) for t in r[:3])
+        if extra:
+            dv = dv[..., :-1]
         if ctx.zero_q:
             dq = torch.zeros_like(q)
         grads = [None] * len(params)
