@@ -321,3 +321,15 @@ def test_gradient_through_lse():
     (ref_lse * g.double()).sum().backward()
     close_within("lse only: dq", tq.grad, rq.grad, torch.float32, *b["grad"])
     assert tv.grad is None or torch.equal(tv.grad, torch.zeros_like(tv))
+
+
+def test_empty_sizes():
+    for (B, L, S) in ((1, 0, 5), (1, 4, 0), (0, 4, 4)):
+        q = torch.randn(B, 2, L, 8, requires_grad=True)
+        k, v = torch.randn(B, 2, S, 8, requires_grad=True), torch.randn(B, 2, S, 8, requires_grad=True)
+        out = lt.flex_attention(q, k, v)
+        assert out.shape == (B, 2, L, 8) and not torch.isnan(out).any()
+        out.sum().backward()
+        assert torch.equal(q.grad, torch.zeros_like(q))  # no keys (S = 0): rows are empty, out 0
+    with pytest.raises(TypeError, match="kv_num_blocks: expected an integer torch.Tensor, found a torch.float32 tensor"):
+        lt.BlockMask.from_kv_blocks(torch.ones(1, 1, 1), torch.zeros(1, 1, 1, 1))

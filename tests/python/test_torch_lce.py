@@ -182,3 +182,12 @@ def test_mean_and_sum_compute_gradients_in_the_forward_only_when_wanted():
     first = xr.grad.clone()
     fused.backward(torch.tensor(-1.0))
     close_within("two backward calls (the second recomputed)", xr.grad, first * 0.5, torch.float32, *GRAD)
+
+
+def test_zero_hidden_size():
+    # H = 0: every logit is 0 (no bias), the loss is log V, the gradients are empty.
+    x, w = torch.randn(3, 0, requires_grad=True), torch.randn(5, 0, requires_grad=True)
+    loss = lt.linear_cross_entropy(x, w, torch.zeros(3, dtype=torch.long))
+    loss.backward()
+    assert abs(loss.item() - torch.log(torch.tensor(5.0)).item()) <= 4 * 2.0 ** -23
+    assert x.grad.shape == (3, 0) and w.grad.shape == (5, 0)

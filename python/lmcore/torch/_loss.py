@@ -148,7 +148,7 @@ def linear_cross_entropy(input, linear_weight, target, *, linear_bias=None, weig
     wants_grad = input.requires_grad or linear_weight.requires_grad or (linear_bias is not None and
                                                                          linear_bias.requires_grad)
     fused = torch.is_grad_enabled() and wants_grad and reduction != "none"
-    loss = _LinearCrossEntropy.apply(input.reshape(-1, input.shape[-1]), linear_weight, linear_bias,
+    loss = _LinearCrossEntropy.apply(input.reshape(target.numel(), input.shape[-1]), linear_weight, linear_bias,
                                      target.reshape(-1).to(torch.int64), options, fused)
     return loss.reshape(lead) if reduction == "none" else loss
 

@@ -246,8 +246,9 @@ class BlockMask:
         entries of kv_indices are partial blocks (mask_mod evaluated), those of full_kv_* full blocks."""
         qb, kb = _block_sizes(BLOCK_SIZE)
         for name, t in (("kv_num_blocks", kv_num_blocks), ("kv_indices", kv_indices)):
-            if not isinstance(t, torch.Tensor) or t.dtype.is_floating_point:
-                raise TypeError(f"{name}: expected an integer torch.Tensor, found {type(t).__name__}")
+            if not isinstance(t, torch.Tensor) or t.dtype.is_floating_point or t.dtype == torch.bool:
+                found = f"a {t.dtype} tensor" if isinstance(t, torch.Tensor) else type(t).__name__
+                raise TypeError(f"{name}: expected an integer torch.Tensor, found {found}")
         if kv_indices.dim() != 4 or tuple(kv_num_blocks.shape) != tuple(kv_indices.shape[:3]):
             raise ValueError(f"kv_indices: expected [B, H, Q_BLOCKS, KV_BLOCKS] with kv_num_blocks [B, H, Q_BLOCKS], "
                              f"found {list(kv_indices.shape)} and {list(kv_num_blocks.shape)}")
