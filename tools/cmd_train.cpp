@@ -41,6 +41,11 @@ int run_train(int argc, char** argv) {
   app.add_option("--dtype", dtype, "compute dtype: f32 | bf16 (master weights and optimizer stay f32)")
       ->capture_default_str();
   app.add_flag("--recompute", o.recompute, "recompute each block's activations in backward instead of keeping them");
+  std::string codegen = "off";
+  app.add_option("--codegen", codegen,
+                 "on: RMSNorm and the MLP through generated kernels (lmcore codegen; f32; compiled or cached at start)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   app.add_option("--checkpoint-every", o.checkpoint_every, "steps between checkpoints (0: only at the end)")
       ->capture_default_str();
   app.add_option("--keep-checkpoints", o.keep_checkpoints, "newest checkpoints kept")->capture_default_str();
@@ -86,6 +91,7 @@ int run_train(int argc, char** argv) {
   }
   try {
     o.dtype = dtype_from_name(param_dtype.empty() ? dtype : param_dtype);
+    o.codegen = codegen == "on";
     o.schedule = train::schedule_from_name(schedule);
     o.reduce_dtype = dtype_from_name(reduce_dtype);
     if (reshard == "true") o.reshard_after_forward = -1;

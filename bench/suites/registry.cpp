@@ -13,6 +13,7 @@ std::vector<BenchTable> run_train_suite(const BenchOptions& options);
 std::vector<BenchTable> run_fsdp_suite(const BenchOptions& options);
 std::vector<BenchTable> run_elastic_suite(const BenchOptions& options);
 std::vector<BenchTable> run_tokenizer_suite(const BenchOptions& options);
+std::vector<BenchTable> run_codegen_suite(const BenchOptions& options);
 
 const std::vector<BenchSuite>& all_suites() {
   static const std::vector<BenchSuite> suites = {
@@ -33,6 +34,9 @@ const std::vector<BenchSuite>& all_suites() {
       {"tokenizer", "byte-level BPE vs sentencepiece (BPE): training time at vocab 8192 and 32000, encode MB/s at 1 "
                     "and all threads, 64 MB of man pages and sources (--quick: 8 MB, vocab 8192)",
        run_tokenizer_suite},
+      {"codegen", "generated kernels: RMSNorm GB/s vs memcpy and torch 1.13, fused vs unfused GEMM epilogues, compile "
+                  "and load times, default-model step with and without (args: rmsnorm gemm compile train)",
+       run_codegen_suite},
   };
   return suites;
 }

@@ -1,5 +1,6 @@
 #include "lmcore/codegen/model_kernels.h"
 
+#include "lmcore/codegen/gemm.h"
 #include "lmcore/codegen/rmsnorm.h"
 
 namespace lmcore::codegen {
@@ -8,9 +9,16 @@ std::vector<RmsNormSpec> model_rmsnorm_specs(const ModelShapes& s) {
   return {{s.dim, s.eps, s.dtype, s.dtype, false}, {s.dim, s.eps, s.dtype, s.dtype, true}};
 }
 
-std::vector<GeneratedSource> model_kernel_sources(const ModelShapes& shapes, const Options& /*options*/) {
+std::vector<GemmSpec> model_gemm_specs(const ModelShapes& s) {
+  return {{s.ffn_dim, s.dim, true, false, Act::swiglu, false, true}, {s.dim, s.ffn_dim, true, false, Act::none, true, false}};
+}
+
+std::vector<GeneratedSource> model_kernel_sources(const ModelShapes& shapes, const Options& options) {
   std::vector<GeneratedSource> out;
   for (const auto& spec : model_rmsnorm_specs(shapes)) out.push_back(generate_rmsnorm(spec, default_rmsnorm_variant()));
+  // The GEMMs run on f32 activations (bf16 models widen before their products here).
+  for (const auto& spec : model_gemm_specs(shapes))
+    out.push_back(generate_gemm(spec, gemm_variant_for(spec, shapes.tokens, options)));
   return out;
 }
 

@@ -101,4 +101,25 @@ void rmsnorm_backward(double* dinp, double* dweight, const void* dinp_in, const 
   }
 }
 
+void gemm_epilogue(double* c, double* pre, const float* a, const float* b, const float* bias, const float* residual,
+                   std::int64_t M, const GemmSpec& s) {
+  const std::int64_t N = s.N, K = s.K, NB = s.act == Act::swiglu ? 2 * N : N;
+  for (std::int64_t m = 0; m < M; ++m) {
+    for (std::int64_t n = 0; n < NB; ++n) {
+      double acc = s.bias ? bias[n] : 0.0;
+      for (std::int64_t k = 0; k < K; ++k)
+        acc += static_cast<double>(a[m * K + k]) * (s.b_trans ? b[n * K + k] : b[k * NB + n]);
+      pre[m * NB + n] = acc;
+    }
+    for (std::int64_t n = 0; n < N; ++n) {
+      const double p = pre[m * NB + n];
+      double y = p;
+      if (s.act == Act::silu) y = p / (1 + std::exp(-p));
+      if (s.act == Act::gelu) y = 0.5 * p * (1 + std::tanh(std::sqrt(2 / M_PI) * (p + 0.044715 * p * p * p)));
+      if (s.act == Act::swiglu) y = p / (1 + std::exp(-p)) * pre[m * NB + N + n];
+      c[m * N + n] = y + (s.residual ? residual[m * N + n] : 0.0);
+    }
+  }
+}
+
 }  // namespace lmcore::codegen::reference

@@ -219,6 +219,13 @@ void warn_once(const std::string& category, const std::string& message) {
   std::fprintf(stderr, "lmcore codegen: %s; using the generic kernels\n", message.c_str());
 }
 
+std::optional<Compiler> detail::cached_compiler(const Options& options, std::string* why) {
+  std::string w;
+  auto c = compiler_for(options, &w);
+  if (why) *why = w;
+  return c;
+}
+
 void detail::reset_for_testing() {
   std::lock_guard<std::mutex> lock(state().mu);
   state().warned.clear();

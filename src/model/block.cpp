@@ -99,7 +99,8 @@ void Llama::Impl::block_forward(const BlockActs& b, const std::byte* w, float* x
   const std::byte* wdown = w + off.wdown * cs;
   // h1 (N, C) = rmsnorm(x_in) * input_norm
   float* h1_32 = f32() ? static_cast<float*>(b.h1) : sA;
-  rmsnorm_forward(h1_32, b.rstd1, b.x_in, norm_weight(w + off.input_norm * cs), N, C, eps);
+  if (cg) cg->norm.forward(h1_32, b.rstd1, b.x_in, nullptr, nullptr, norm_weight(w + off.input_norm * cs), N);
+  else rmsnorm_forward(h1_32, b.rstd1, b.x_in, norm_weight(w + off.input_norm * cs), N, C, eps);
   store(b.h1, h1_32, N * C);
   // qkv (N, QKV) = h1 @ Wqkv^T, then RoPE on the q and k heads
   float* qkv_32 = f32() ? static_cast<float*>(b.qkv) : sA;
@@ -113,17 +114,28 @@ void Llama::Impl::block_forward(const BlockActs& b, const std::byte* w, float* x
   detail::gemm(ct, false, true, N, C, Q, 1.0f, b.y, Q, wo, Q, 1.0f, b.x_mid, C);
   // h2 (N, C) = rmsnorm(x_mid) * post_norm
   float* h2_32 = f32() ? static_cast<float*>(b.h2) : sA;
-  rmsnorm_forward(h2_32, b.rstd2, b.x_mid, norm_weight(w + off.post_norm * cs), N, C, eps);
+  if (cg) cg->norm.forward(h2_32, b.rstd2, b.x_mid, nullptr, nullptr, norm_weight(w + off.post_norm * cs), N);
+  else rmsnorm_forward(h2_32, b.rstd2, b.x_mid, norm_weight(w + off.post_norm * cs), N, C, eps);
   store(b.h2, h2_32, N * C);
   // gu (N, 2F) = h2 @ Wgu^T;  a (N, F) = silu(gate) * up
   float* gu_32 = f32() ? static_cast<float*>(b.gu) : sA;
-  detail::gemm(ct, false, true, N, 2 * F, C, 1.0f, b.h2, C, wgu, C, 0.0f, gu_32, 2 * F);
-  store(b.gu, gu_32, N * 2 * F);
-  float* a_32 = f32() ? static_cast<float*>(b.a) : sB;
-  swiglu_forward(a_32, gu_32, N, F);
-  store(b.a, a_32, N * F);
+  if (cg) {  // f32: gu and a in one pass, SwiGLU applied to each tile of gu while it is in cache
+    cg->gate_up.run({.a = static_cast<const float*>(b.h2), .lda = C, .b = reinterpret_cast<const float*>(wgu),
+                     .ldb = C, .c = static_cast<float*>(b.a), .ldc = F, .pre = gu_32, .ldp = 2 * F}, N);
+  } else {
+    detail::gemm(ct, false, true, N, 2 * F, C, 1.0f, b.h2, C, wgu, C, 0.0f, gu_32, 2 * F);
+    store(b.gu, gu_32, N * 2 * F);
+    float* a_32 = f32() ? static_cast<float*>(b.a) : sB;
+    swiglu_forward(a_32, gu_32, N, F);
+    store(b.a, a_32, N * F);
+  }
   if (x_out == nullptr) return;
   // x_out (N, C) = x_mid + a @ Wdown^T
+  if (cg) {
+    cg->down.run({.a = static_cast<const float*>(b.a), .lda = F, .b = reinterpret_cast<const float*>(wdown), .ldb = F,
+                  .c = x_out, .ldc = C, .residual = b.x_mid, .ldr = C}, N);
+    return;
+  }
   std::memcpy(x_out, b.x_mid, static_cast<std::size_t>(N * C) * 4);
   detail::gemm(ct, false, true, N, C, F, 1.0f, b.a, F, wdown, F, 1.0f, x_out, C);
 }
@@ -145,7 +157,8 @@ void Llama::Impl::block_backward(const BlockActs& b, const std::byte* w, float* 
   detail::gemm(ct, false, false, N, C, 2 * F, 1.0f, dgu_c, 2 * F, wgu, C, 0.0f, sB, C);
   detail::gemm(ct, true, false, 2 * F, C, N, 1.0f, dgu_c, 2 * F, b.h2, C, 1.0f, g + off.wgu, C);
   // dx += rmsnorm'(dh2);  d post_norm += ...
-  rmsnorm_backward(dx, g + off.post_norm, sB, b.x_mid, norm_weight(w + off.post_norm * cs), b.rstd2, N, C);
+  if (cg) cg->norm.backward(dx, g + off.post_norm, sB, b.x_mid, norm_weight(w + off.post_norm * cs), b.rstd2, N);
+  else rmsnorm_backward(dx, g + off.post_norm, sB, b.x_mid, norm_weight(w + off.post_norm * cs), b.rstd2, N, C);
   // ---- attention: x_mid = x_in + y @ Wo^T ----
   dx_c = as_compute(dx, cB, N * C);
   // dy (N, Q) = dx @ Wo;  dWo (C, Q) += dx^T @ y
@@ -161,7 +174,8 @@ void Llama::Impl::block_backward(const BlockActs& b, const std::byte* w, float* 
   detail::gemm(ct, false, false, N, C, QKV, 1.0f, dqkv_c, QKV, wqkv, C, 0.0f, sC, C);
   detail::gemm(ct, true, false, QKV, C, N, 1.0f, dqkv_c, QKV, b.h1, C, 1.0f, g + off.wqkv, C);
   // dx += rmsnorm'(dh1);  d input_norm += ...
-  rmsnorm_backward(dx, g + off.input_norm, sC, b.x_in, norm_weight(w + off.input_norm * cs), b.rstd1, N, C);
+  if (cg) cg->norm.backward(dx, g + off.input_norm, sC, b.x_in, norm_weight(w + off.input_norm * cs), b.rstd1, N);
+  else rmsnorm_backward(dx, g + off.input_norm, sC, b.x_in, norm_weight(w + off.input_norm * cs), b.rstd1, N, C);
 }
 
 }  // namespace lmcore::model

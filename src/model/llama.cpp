@@ -48,6 +48,14 @@ Llama::Llama(const ModelConfig& config, const ModelOptions& options)
   m.ct = options_.compute;
   m.cs = dtype_size(m.ct);
   m.rope = RopeTable::make(m.T, m.hd, config_.rope_theta);
+  if (options_.codegen && m.f32()) {
+    const auto o = codegen::Options::from_env();
+    const float eps = static_cast<float>(config_.norm_eps);
+    m.cg = std::make_unique<Impl::Codegen>(Impl::Codegen{
+        codegen::RmsNormKernel::get({m.C, eps}, o),
+        codegen::GemmKernel::get({m.F, m.C, true, false, codegen::Act::swiglu, false, true}, m.N, o),
+        codegen::GemmKernel::get({m.C, m.F, true, false, codegen::Act::none, true, false}, m.N, o)});
+  }
   if (config_.mask == AttentionMask::causal)
     m.mask = attention::create_block_mask(MaskMod::causal(), 1, 1, m.T, m.T);
   else if (config_.mask == AttentionMask::sliding_window)

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "lmcore/attention/block_mask.h"
+#include "lmcore/codegen/gemm.h"
+#include "lmcore/codegen/rmsnorm.h"
 #include "lmcore/model/llama.h"
 
 namespace lmcore::model {
@@ -62,6 +64,12 @@ struct Llama::Impl {
   std::unique_ptr<LocalAccess> local;
   UnitAccess* access = nullptr;
   std::vector<float> norm_w;  // one norm weight in f32 (bf16 compute)
+  // ModelOptions::codegen: the blocks' RMSNorm, gate/up with SwiGLU (gu kept), down with the residual.
+  struct Codegen {
+    codegen::RmsNormKernel norm;
+    codegen::GemmKernel gate_up, down;
+  };
+  std::unique_ptr<Codegen> cg;
 
   bool f32() const { return ct == DType::f32; }
   std::byte* at(void* p, std::int64_t elems) const { return static_cast<std::byte*>(p) + elems * static_cast<std::int64_t>(cs); }

@@ -192,7 +192,8 @@ TrainResult run_training(const TrainOptions& opts) {
     }
   }
   // ---- the engine: the whole model here, or this rank's shards ----
-  const model::ModelOptions mo{.batch = o.batch_size, .seq_len = o.seq_len, .compute = o.dtype, .recompute = o.recompute};
+  const model::ModelOptions mo{.batch = o.batch_size, .seq_len = o.seq_len, .compute = o.dtype, .recompute = o.recompute,
+                               .codegen = o.codegen};
   const AdamWOptions ao{.beta1 = o.beta1, .beta2 = o.beta2, .eps = o.adam_eps, .weight_decay = o.weight_decay};
   std::unique_ptr<dist::ProcessGroup> pg;
   std::unique_ptr<detail::Engine> engine;

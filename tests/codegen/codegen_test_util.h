@@ -49,6 +49,9 @@ inline Options test_options(const std::string& dir = LMCORE_TEST_KERNEL_CACHE) {
   Options o = Options::from_env();
   o.cache_dir = dir;
   o.enabled = true;
+  // Generous: on a shared machine compilers may be paused (SIGSTOP) for a while by others' benchmarks;
+  // the timeout itself is tested with a hanging fake compiler.
+  o.compile_timeout_seconds = 600;
   return o;
 }
 

@@ -26,5 +26,6 @@ const std::string& kernel_abi_text();
 int native_vector_floats();
 
 GeneratedSource generate_rmsnorm(const RmsNormSpec& spec, const RmsNormVariant& variant);
+GeneratedSource generate_gemm(const GemmSpec& spec, const GemmVariant& variant);
 
 }  // namespace lmcore::codegen

@@ -57,20 +57,26 @@ typedef void (*lmcore_rmsnorm_forward_fn)(const lmcore_rmsnorm_forward_args*);
 typedef void (*lmcore_rmsnorm_backward_fn)(const lmcore_rmsnorm_backward_args*);
 
 /* ---- GEMM with a fused epilogue, kind "gemm": entry point lmcore_gemm_epilogue ----
- * C (M, N) = epilogue(A (M, K) @ B (K, N)), all f32 row-major with leading dimensions lda, ldb, ldc.
- * The epilogue (fixed by the spec) is applied to each output tile right after its last K block, while
- * the tile is in cache: + bias[n]; then silu / gelu (tanh form); or the SwiGLU gate product, where B
- * holds the gate columns [0, N) and the up columns [N, 2N) (ldb >= 2N) and out = silu(A Bg) * (A Bu);
- * then + residual[m, n] (ldr). Rows [row_begin, row_end) of C are computed (a multiple of the tile's
- * rows except at the end), so callers parallelise over row blocks. */
+ * P (M, NB) = A (M, K) @ op(B) + bias, all f32 row-major; op(B) = B stored (K, NB) or, when the spec says
+ * b_trans, B stored (NB, K) (a torch Linear weight) and used transposed. Then, per output element of
+ * C (M, N), applied to each tile right after its product, while it is in cache:
+ *   act none: C = P;  silu: C = P * sigmoid(P);  gelu: C = gelu_tanh(P);
+ *   swiglu: NB = 2N, gate = P[:, :N], up = P[:, N:], C = silu(gate) * up;
+ *   then C += residual (when the spec has it). P is also stored to `pre` when the spec asks (the
+ *   SwiGLU backward needs gate and up). Rows [row_begin, row_end) are computed, so callers parallelise
+ *   over row blocks. The "blas" core calls `sgemm` per tile; the "micro" core is generated code. */
+typedef void (*lmcore_sgemm_fn)(int b_trans, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
+                                const float* b, int64_t ldb, float* c, int64_t ldc); /* C = A op(B), beta 0 */
+
 typedef struct lmcore_gemm_args {
-  const float* a;
-  const float* b;
-  float* c;
-  const float* bias;        /* (N) or null when the spec has no bias */
-  const float* residual;    /* (M, N) with leading dimension ldr, or null */
-  int64_t M;
-  int64_t lda, ldb, ldc, ldr;
+  const float* a;           /* (M, K), row stride lda */
+  const float* b;           /* (K, NB) or (NB, K), row stride ldb */
+  float* c;                 /* (M, N), row stride ldc */
+  float* pre;               /* (M, NB), row stride ldp; written only when the spec stores it */
+  const float* bias;        /* (NB); read only when the spec has a bias */
+  const float* residual;    /* (M, N), row stride ldr; read only when the spec has a residual */
+  lmcore_sgemm_fn sgemm;    /* single-threaded sgemm, for the "blas" core */
+  int64_t lda, ldb, ldc, ldp, ldr;
   int64_t row_begin, row_end;
 } lmcore_gemm_args;
 

@@ -27,6 +27,10 @@ struct ModelShapes {
 // fused with the residual add that precedes it (every other).
 std::vector<RmsNormSpec> model_rmsnorm_specs(const ModelShapes& shapes);
 
+// The MLP's GEMMs: gate/up projection with the SwiGLU epilogue (the product kept for the backward),
+// and the down projection with the residual add. Weights are torch Linear layouts (b_trans).
+std::vector<GemmSpec> model_gemm_specs(const ModelShapes& shapes);
+
 // Sources of every kernel of the model in the variants that will be used (autotuned when
 // options.autotune, which may compile and time candidates first; else the defaults).
 std::vector<GeneratedSource> model_kernel_sources(const ModelShapes& shapes, const Options& options);

@@ -23,4 +23,9 @@ void rmsnorm_backward(double* dinp, double* dweight, const void* dinp_in, const 
                       const void* inp, const float* weight, const float* rstd, std::int64_t N,
                       const RmsNormSpec& spec);
 
+// C (M, N) and P (M, NB) in f64 for dense operands: a (M, K), b (NB, K) when spec.b_trans else (K, NB),
+// bias (NB), residual (M, N). silu(x) = x / (1 + e^-x), gelu = the tanh form.
+void gemm_epilogue(double* c, double* pre, const float* a, const float* b, const float* bias, const float* residual,
+                   std::int64_t M, const GemmSpec& spec);
+
 }  // namespace lmcore::codegen::reference

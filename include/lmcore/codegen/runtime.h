@@ -14,9 +14,11 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "lmcore/codegen/compiler.h"
 #include "lmcore/codegen/generator.h"
 #include "lmcore/codegen/spec.h"
 
@@ -43,6 +45,8 @@ std::vector<LoadedKernel> load_kernels(const std::vector<GeneratedSource>& sourc
 void warn_once(const std::string& category, const std::string& message);
 
 namespace detail {
+// The compiler for options.compiler, found once per process (nullopt and *why when there is none).
+std::optional<Compiler> cached_compiler(const Options& options, std::string* why);
 // Forgets the warnings already printed and the compilers already found (tests).
 void reset_for_testing();
 }  // namespace detail

@@ -35,6 +35,34 @@ struct RmsNormVariant {
   std::string to_string() const;
 };
 
+// Activation of a GEMM epilogue (see kernel_abi.h).
+enum class Act : std::uint8_t { none = 0, silu = 1, gelu = 2, swiglu = 3 };
+const char* act_name(Act a);
+
+// C (M, N) = epilogue(A (M, K) @ op(B)); M is a run-time argument, N and K are baked in.
+struct GemmSpec {
+  std::int64_t N = 0, K = 0;
+  bool b_trans = true;     // B stored (NB, K) as a torch Linear weight (false: (K, NB))
+  bool bias = false;
+  Act act = Act::none;     // swiglu: NB = 2N (gate columns, then up columns)
+  bool residual = false;   // C += residual
+  bool store_pre = false;  // also write the product P (M, NB) (+ bias) before the activation
+  std::int64_t nb() const { return act == Act::swiglu ? 2 * N : N; }
+  std::string to_string() const;  // "gemm N=1024 K=384 bt=1 bias=0 act=swiglu res=0 pre=1"
+};
+
+// The GEMM core and its tiles. "blas": sgemm (OpenBLAS, single-threaded) per tile_m x tile_n output
+// tile, the epilogue right after each; "micro": generated register-blocked micro-kernel of micro_m rows
+// x 2 vectors (B packed per column panel).
+struct GemmVariant {
+  enum Core : std::uint8_t { blas = 0, micro = 1 } core = blas;
+  int tile_m = 32, tile_n = 256;  // blas
+  int micro_m = 4;                // micro: rows per register block (1..8)
+  int vector_floats = 0;          // micro: lanes (0 = the widest the CPU has)
+  std::string to_string() const;  // "blas 32x256", "micro 4x2 W=16"
+  static GemmVariant parse(const std::string& s);  // inverse of to_string; throws Error
+};
+
 // Where compiled kernels live and how they are built. from_env() reads:
 //   LMCORE_CACHE_DIR        cache directory          (default ~/.cache/lmcore/kernels)
 //   LMCORE_CACHE_MAX_MB     cache size limit, MiB    (default 512; least recently used entries go first)

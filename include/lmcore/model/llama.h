@@ -38,6 +38,10 @@ struct ModelOptions {
   std::int64_t seq_len = 0;       // T; 0 means config.max_seq_len
   DType compute = DType::f32;     // f32 or bf16
   bool recompute = false;
+  // RMSNorm and the MLP (gate/up + SwiGLU, down + residual) through generated kernels (lmcore/codegen:
+  // compiled at construction or loaded from the kernel cache, the generic kernels when no compiler).
+  // f32 compute only; bf16 keeps the regular path.
+  bool codegen = false;
   // false: the model allocates no parameter, gradient or compute-weight buffers; a UnitAccess must be
   // installed before use (sharded training keeps only a shard of each on every rank).
   bool own_parameters = true;

@@ -45,6 +45,7 @@ struct TrainOptions {
   double grad_clip = 1.0;  // 0 disables
   DType dtype = DType::f32;
   bool recompute = false;
+  bool codegen = false;  // generated RMSNorm and MLP kernels (model::ModelOptions::codegen; f32 only)
   std::int64_t checkpoint_every = 0;  // 0: only at the end (and on SIGINT/SIGTERM)
   int keep_checkpoints = 3;
   std::int64_t eval_every = 0;  // 0: max_steps / 10

@@ -1,0 +1,229 @@
+// GEMM + fused epilogue kernels (both cores, several tilings, generated and generic) against the f64
+// reference. Bounds from f32's u = 2^-24: the product of a K-term dot product is within (K + 2) u S,
+// S = sum |a b| + |bias|; SiLU/GELU have slopes below 1.2 and add ~10 u of their own (exp via a
+// polynomial, the division); every bound is checked to reject a 1% error at the largest element.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <random>
+
+#include "codegen_test_util.h"
+#include "lmcore/codegen/cache.h"
+#include "lmcore/codegen/gemm.h"
+#include "lmcore/core/error.h"
+
+namespace lmcore::codegen {
+namespace {
+
+constexpr double kU = 1.0 / (1 << 24);
+
+::testing::AssertionResult close(const char* name, const std::vector<double>& got, const std::vector<double>& want,
+                                 const std::vector<double>& bound) {
+  std::size_t bad = 0, worst = 0, largest = 0;
+  double worst_ratio = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double ratio = std::abs(got[i] - want[i]) / bound[i];
+    if (!(ratio <= 1)) ++bad;
+    if (!(ratio <= worst_ratio)) { worst_ratio = ratio; worst = i; }
+    if (std::abs(want[i]) > std::abs(want[largest])) largest = i;
+  }
+  if (!(0.01 * std::abs(want[largest]) > bound[largest]))
+    return ::testing::AssertionFailure() << name << ": bound " << bound[largest] << " would accept a 1% error of "
+                                         << want[largest];
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << name << ": " << bad << " of " << got.size() << " out of bounds; worst ["
+                                       << worst << "] got " << got[worst] << " want " << want[worst] << " bound "
+                                       << bound[worst];
+}
+
+// Runs `k` on M rows with padded leading dimensions and checks C and (when stored) P.
+void check_gemm(const GemmKernel& k, std::int64_t M, unsigned seed) {
+  const GemmSpec& s = k.spec();
+  SCOPED_TRACE(s.to_string() + " variant " + k.variant() + " M=" + std::to_string(M));
+  const std::int64_t N = s.N, K = s.K, NB = s.nb();
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-1.5f, 1.5f);
+  auto fill = [&](std::vector<float>& v) { for (auto& x : v) x = d(rng); };
+  // Dense copies for the reference; padded (ld = size + 3) buffers for the kernel.
+  std::vector<float> a(M * K), b(NB * K), bias(NB), res(M * N);
+  fill(a); fill(b); fill(bias); fill(res);
+  const std::int64_t lda = K + 3, ldb = (s.b_trans ? K : NB) + 3, ldc = N + 3, ldp = NB + 3, ldr = N + 3;
+  std::vector<float> ap(M * lda, NAN), bp((s.b_trans ? NB : K) * ldb, NAN), rp(M * ldr, NAN);
+  for (std::int64_t m = 0; m < M; ++m)
+    for (std::int64_t i = 0; i < K; ++i) ap[m * lda + i] = a[m * K + i];
+  const std::int64_t brows = s.b_trans ? NB : K, bcols = s.b_trans ? K : NB;
+  for (std::int64_t r = 0; r < brows; ++r)
+    for (std::int64_t i = 0; i < bcols; ++i) bp[r * ldb + i] = b[r * bcols + i];
+  for (std::int64_t m = 0; m < M; ++m)
+    for (std::int64_t i = 0; i < N; ++i) rp[m * ldr + i] = res[m * N + i];
+  std::vector<float> c(M * ldc, -7.0f), pre(M * ldp, -7.0f);
+  GemmOperands o{ap.data(), lda, bp.data(), ldb, c.data(), ldc, pre.data(), ldp, bias.data(), rp.data(), ldr};
+  k.run(o, M);
+
+  std::vector<double> want_c(M * N), want_p(M * NB);
+  reference::gemm_epilogue(want_c.data(), want_p.data(), a.data(), b.data(), bias.data(), res.data(), M, s);
+  std::vector<double> ep(M * NB);  // error bound of each product
+  for (std::int64_t m = 0; m < M; ++m)
+    for (std::int64_t n = 0; n < NB; ++n) {
+      double S = s.bias ? std::abs(bias[n]) : 0.0;
+      for (std::int64_t i = 0; i < K; ++i)
+        S += std::abs(a[m * K + i] * (s.b_trans ? b[n * K + i] : b[i * NB + n]));
+      ep[m * NB + n] = (K + 2) * kU * S + 1e-30;
+    }
+  std::vector<double> got_c(M * N), bound_c(M * N);
+  for (std::int64_t m = 0; m < M; ++m)
+    for (std::int64_t n = 0; n < N; ++n) {
+      const double p = want_p[m * NB + n], e = ep[m * NB + n];
+      const double cw = want_c[m * N + n] - (s.residual ? res[m * N + n] : 0.0);  // before the residual
+      double b2 = 0;
+      switch (s.act) {
+        case Act::none: b2 = e; break;
+        case Act::silu: b2 = 1.1 * e + 10 * kU * std::abs(cw); break;
+        case Act::gelu: b2 = 1.2 * e + 10 * kU * (std::abs(cw) + std::abs(p)); break;
+        case Act::swiglu: {
+          const double up = want_p[m * NB + N + n], eu = ep[m * NB + N + n];
+          const double sg = p / (1 + std::exp(-p));
+          b2 = 1.1 * e * (std::abs(up) + eu) + std::abs(sg) * eu + 10 * kU * std::abs(cw);
+          break;
+        }
+      }
+      if (s.residual) b2 += 2 * kU * (std::abs(want_c[m * N + n]) + std::abs(res[m * N + n]));
+      got_c[m * N + n] = c[m * ldc + n];
+      bound_c[m * N + n] = b2 + 1e-30;
+      EXPECT_EQ(c[m * ldc + N], -7.0f) << "wrote past column N of row " << m;
+    }
+  EXPECT_TRUE(close("c", got_c, want_c, bound_c));
+  if (s.store_pre) {
+    std::vector<double> got_p(M * NB);
+    for (std::int64_t m = 0; m < M; ++m)
+      for (std::int64_t n = 0; n < NB; ++n) got_p[m * NB + n] = pre[m * ldp + n];
+    EXPECT_TRUE(close("pre", got_p, want_p, ep));
+  } else {
+    EXPECT_EQ(pre[0], -7.0f) << "pre written although the spec does not store it";
+  }
+}
+
+struct Epi {
+  bool bias;
+  Act act;
+  bool residual, pre;
+};
+const Epi kEpilogues[] = {{false, Act::none, false, false}, {true, Act::silu, false, false},
+                          {true, Act::gelu, true, false},   {false, Act::swiglu, false, true},
+                          {true, Act::swiglu, true, true},  {false, Act::none, true, false}};
+
+GemmSpec make(std::int64_t N, std::int64_t K, bool bt, const Epi& e) { return {N, K, bt, e.bias, e.act, e.residual, e.pre}; }
+
+std::vector<GemmVariant> test_variants() {
+  std::vector<GemmVariant> v(4);
+  v[0].tile_m = 32, v[0].tile_n = 256;
+  v[1].tile_m = 5, v[1].tile_n = 7;  // tiles that cut every shape into ragged pieces
+  v[2].core = GemmVariant::micro, v[2].micro_m = 4, v[2].vector_floats = native_vector_floats();
+  v[3].core = GemmVariant::micro, v[3].micro_m = 3, v[3].vector_floats = 8;
+  return v;
+}
+
+TEST(CodegenGemm, VariantsMatchReference) {
+  const Options o = testing::test_options();
+  const bool cc = testing::have_compiler();
+  std::vector<GeneratedSource> sources;
+  std::vector<std::pair<GemmSpec, GemmVariant>> cases;
+  for (const auto& v : test_variants())
+    for (bool bt : {false, true})
+      for (const Epi& e : {kEpilogues[0], kEpilogues[2], kEpilogues[4]}) cases.push_back({make(65, 130, bt, e), v});
+  for (const auto& [s, v] : cases) sources.push_back(generate_gemm(s, v));
+  load_kernels(sources, o);  // all compiles at once
+  for (const auto& [s, v] : cases) {
+    const GemmKernel k = GemmKernel::get(s, 67, o, &v);
+    EXPECT_EQ(k.generated(), cc) << k.why_generic();
+    check_gemm(k, 67, 3);
+    check_gemm(k, 1, 4);
+  }
+}
+
+TEST(CodegenGemm, ShapesAndEpiloguesMatchReference) {
+  Options o = testing::test_options();
+  o.autotune = false;
+  const bool cc = testing::have_compiler();
+  const std::pair<std::int64_t, std::int64_t> shapes[] = {{1, 1}, {7, 5}, {33, 17}, {64, 64}};
+  std::vector<GeneratedSource> sources;
+  for (auto [N, K] : shapes)
+    for (const Epi& e : kEpilogues) sources.push_back(generate_gemm(make(N, K, true, e), default_gemm_variant()));
+  load_kernels(sources, o);
+  for (auto [N, K] : shapes)
+    for (const Epi& e : kEpilogues) {
+      const GemmKernel k = GemmKernel::get(make(N, K, true, e), 40, o);
+      EXPECT_EQ(k.generated(), cc) << k.why_generic();
+      for (std::int64_t M : {1, 16, 40}) check_gemm(k, M, static_cast<unsigned>(N + K + M));
+      check_gemm(GemmKernel::generic(make(N, K, true, e)), 40, 9);
+      check_gemm(GemmKernel::generic(make(N, K, false, e)), 17, 10);
+    }
+}
+
+TEST(CodegenGemm, AutotunePicksAndRecordsAWinner) {
+  testing::TempDir dir;
+  Options o = testing::test_options(dir.path());
+  o.autotune = true;
+  const GemmSpec s{48, 32, true, false, Act::swiglu, false, true};
+  const GemmKernel k = GemmKernel::get(s, 64, o);
+  if (!testing::have_compiler()) {
+    EXPECT_FALSE(k.generated());
+    return;
+  }
+  ASSERT_TRUE(k.generated()) << k.why_generic();
+  check_gemm(k, 64, 5);
+  KernelCache cache(o.cache_dir, o.cache_max_bytes);
+  // One tuning record naming the winner and every candidate's time; a second get reuses it.
+  std::size_t records = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path() + "/tune")) {
+    ++records;
+    const auto rec = cache.read_tuning(e.path().filename().string());
+    ASSERT_TRUE(rec.has_value());
+    EXPECT_EQ(rec->substr(0, rec->find(';')), k.variant()) << *rec;
+    for (const auto& v : gemm_candidates(s)) EXPECT_NE(rec->find(v.to_string() + "="), std::string::npos) << *rec;
+  }
+  EXPECT_EQ(records, 1u);
+  EXPECT_EQ(cache.list().size(), gemm_candidates(s).size()) << "every candidate compiled and cached";
+  EXPECT_EQ(GemmKernel::get(s, 60, o).variant(), k.variant());  // same bucket: the record, no new tuning
+  o.autotune = false;
+  EXPECT_EQ(GemmKernel::get(s, 64, o).variant(), default_gemm_variant().to_string());
+}
+
+TEST(CodegenGemm, CrashingOrHangingCandidateCannotTakeTheCallerDown) {
+  std::vector<double> secs;
+  const int best = time_candidates_in_children(
+      4,
+      [](std::size_t i) -> double {
+        if (i == 0) ::abort();                   // crashes
+        if (i == 1) for (;;) ::pause();          // hangs
+        if (i == 2) return 0.5;
+        return 0.25;
+      },
+      1.0, &secs);
+  EXPECT_EQ(best, 3);
+  EXPECT_TRUE(std::isinf(secs[0]) && std::isinf(secs[1]));
+  EXPECT_EQ(secs[2], 0.5);
+}
+
+TEST(CodegenGemm, BadOperandsAreErrors) {
+  const GemmKernel k = GemmKernel::generic({8, 4, true, true, Act::none, false, false});
+  std::vector<float> a(32), b(32), c(64);
+  try {
+    k.run({a.data(), 4, b.data(), 4, c.data(), 8}, 4);
+    FAIL() << "a null bias was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bias is null"), std::string::npos) << e.what();
+  }
+  std::vector<float> bias(8);
+  GemmOperands o{a.data(), 3, b.data(), 4, c.data(), 8};
+  o.bias = bias.data();
+  EXPECT_THROW(k.run(o, 4), Error);  // lda 3 < K 4
+  EXPECT_THROW(GemmKernel::generic({0, 4}), Error);
+  EXPECT_THROW(GemmVariant::parse("blas 32by8"), Error);
+  for (const auto& v : gemm_candidates({512, 64})) EXPECT_EQ(GemmVariant::parse(v.to_string()).to_string(), v.to_string());
+}
+
+}  // namespace
+}  // namespace lmcore::codegen
