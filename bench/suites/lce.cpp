@@ -21,6 +21,7 @@
 
 #include "bench/suites/bench_suite.h"
 #include "lmcore/core/allocator.h"
+#include "lmcore/core/gemm_lowp.h"
 #include "lmcore/core/matmul.h"
 #include "lmcore/core/parallel.h"
 #include "lmcore/loss/linear_cross_entropy.h"
@@ -223,8 +224,10 @@ std::vector<BenchTable> run_lce_suite(const BenchOptions& options) {
       }
   detail.notes.push_back(fmt::format(
       "fused tiling: automatic from a {} MiB logits budget (whole vocabulary per tile when >= 64 rows fit); "
-      "each GEMM step one single-threaded BLAS call per thread on a vocabulary slice",
-      budget >> 20));
+      "each GEMM step one single-threaded BLAS call per thread on a vocabulary slice; bf16 on the matrix units "
+      "({}): whole vocabulary when >= 512 rows fit, else 4096-row tiles of vocabulary chunks, each product one "
+      "gemm_lowp call over the pool",
+      budget >> 20, lowp_gemm_path_description(DType::bf16)));
   detail.notes.push_back(
       "extra peak: allocation tracker, above inputs + weight + f32 d_weight buffer + d_hidden; peak RSS: ru_maxrss "
       "of a fresh process per variant; 'inputs' child = same process building the inputs only");

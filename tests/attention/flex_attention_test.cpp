@@ -183,6 +183,10 @@ TEST(FlexAttention, LowPrecision) {
     run_case({"bf16 document + softcap, GQA" + path, 2, 4, 2, 200, 200, 32, 32, 64, 64,
               MaskMod::document(doc_ids(200, 70)), ScoreMod::softcap(5.0f), DType::bf16},
              1070);
+    // Rows of up to 132 key blocks of 16: more than one forward span on the matrix units (2048 keys)
+    // and with sgemm (512), so the online rescale between spans is exercised on both paths.
+    run_case({"bf16 causal, 2100 keys" + path, 1, 1, 1, 2100, 2100, 16, 16, 16, 16, MaskMod::causal(), {}, DType::bf16},
+             1080);
   }
   set_lowp_gemm_onednn(true);
   run_case({"f16 window + softcap", 1, 2, 2, 50, 40, 16, 8, 16, 16, MaskMod::sliding_window(7), ScoreMod::softcap(3.0f),
