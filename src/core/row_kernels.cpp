@@ -34,7 +34,16 @@ HWY_INLINE void StoreTail(D d, V v, float* HWY_RESTRICT x, std::int64_t j, std::
 
 // exp with the NaN rule: Highway's Exp maps NaN to 0 (its range check is false for NaN), which would
 // make a NaN vanish from a sum. One compare and blend per vector, beside a ~20-instruction exp.
-HWY_INLINE V ExpNaN(D d, V v) { return hn::IfThenElse(hn::IsNaN(v), v, hn::Exp(d, v)); }
+// On the emulated targets Exp's float -> int conversion is a C++ cast, undefined for NaN, so NaN lanes
+// enter Exp as 0 there (the blend puts the NaN back); x86's conversion instruction is defined for NaN.
+HWY_INLINE V ExpNaN(D d, V v) {
+  const auto nan = hn::IsNaN(v);
+#if HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR
+  return hn::IfThenElse(nan, v, hn::Exp(d, hn::IfThenZeroElse(nan, v)));
+#else
+  return hn::IfThenElse(nan, v, hn::Exp(d, v));
+#endif
+}
 
 float RowMax(const float* HWY_RESTRICT x, std::int64_t n) {
   const D d;
@@ -55,7 +64,13 @@ float RowMax(const float* HWY_RESTRICT x, std::int64_t n) {
     nan = hn::Or(nan, hn::IsNaN(v));
   }
   if (!hn::AllFalse(d, nan)) return std::numeric_limits<float>::quiet_NaN();
-  return hn::GetLane(hn::MaxOfLanes(d, acc));
+  // Reduced by hand: the emulated targets' MaxOfLanes starts from the lowest finite float, so a row of
+  // -inf (or an empty one) came out as -FLT_MAX instead of -inf. Once per row, a few lanes.
+  HWY_ALIGN float lanes[hn::MaxLanes(D())];
+  hn::Store(acc, d, lanes);
+  float m = ninf;
+  for (std::int64_t i = 0; i < N; ++i) m = lanes[i] > m ? lanes[i] : m;
+  return m;
 }
 
 // sum_j exp(x[j] - m), and with kStore also x[j] = exp(x[j] - m). Two accumulators, so that the adds
