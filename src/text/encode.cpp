@@ -267,11 +267,8 @@ std::string Tokenizer::id_to_token(std::uint32_t id) const {
   const TokenizerData& d = *d_;
   LMCORE_CHECK(id < d.kind.size() && d.kind[id] != 0, "{}: id {} is not in the vocabulary (size {})", d.name, id,
                d.vocab_size());
-  for (const AddedToken& a : d.added)
-    if (a.id == id) return a.content;
-  for (const auto& [tok, i] : d.vocab)
-    if (i == id) return tok;
-  return {};
+  if (d.kind[id] >= 2) return std::string(d.token_bytes(id));  // an added token: its content
+  return d.vocab[static_cast<std::size_t>(d.vocab_pos[id])].first;
 }
 
 const std::vector<AddedToken>& Tokenizer::added_tokens() const { return d_->added; }

@@ -389,6 +389,7 @@ std::shared_ptr<TokenizerData> TokenizerData::build(const std::vector<std::pair<
     d->bytes += raw[i];
   }
   d->offset[size] = d->bytes.size();
+  d->vocab_pos = std::move(vocab_entry);
   d->pre = std::move(pre);
   bool cut = !d->pre.add_prefix_space && (d->pre.splits.empty() ? d->pre.byte_level_use_regex : d->pre.splits[0].cuts_at_lines());
   for (const AddedToken& a : d->added)

@@ -103,6 +103,7 @@ struct TokenizerData {
   std::vector<std::uint8_t> kind;
   std::vector<std::pair<std::string, std::uint32_t>> vocab;
   std::unordered_map<std::string, std::uint32_t> vocab_index;  // byte-level string -> id
+  std::vector<std::int64_t> vocab_pos;                          // id -> index into vocab, or -1
   std::unordered_map<std::string, std::uint32_t> bytes_index;  // raw bytes -> vocabulary id (ignore_merges)
   std::array<std::uint32_t, 256> byte_token{};
   std::vector<std::pair<std::uint32_t, std::uint32_t>> merges;

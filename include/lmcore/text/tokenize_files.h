@@ -12,7 +12,7 @@
 // shard_tokens tokens (the last one fewer), uint16 when the vocabulary has at most 65536 ids, else
 // uint32 (io/token_shard.h). Files are read through memory maps and encoded in batches of about
 // batch_bytes, long files in parts cut where the ids are unchanged, so memory stays bounded by the
-// batch, not the corpus. The tokenizer is saved beside the shards, where `lmcore train` finds it.
+// batch and one shard's tokens per split, not the corpus. The tokenizer is saved beside the shards, where `lmcore train` finds it.
 #pragma once
 
 #include <cstdint>
