@@ -117,7 +117,8 @@ void bind_attention(py::module_& m) {
       .def_static("alibi", [](const py::object& slopes) { return ScoreMod::alibi(to_floats(slopes, "slopes")); },
                   py::arg("slopes"), "score + slopes[h] * (kv - q)")
       .def_static("alibi_slopes", &ScoreMod::alibi_slopes, py::arg("heads"))
-      .def_static("softcap", &ScoreMod::softcap, py::arg("cap"), "cap * tanh(score / cap)")
+      .def_static("softcap", &ScoreMod::softcap, py::arg("cap"), py::arg("trainable") = false,
+                  "cap * tanh(score / cap); trainable: the cap is a parameter (a gradient of shape [1])")
       .def_static("from_function",
                   [](py::function fn, const py::object& derivative) {
                     ScoreFunction d;

@@ -94,7 +94,10 @@ double unmodify(const Problem& p, double g, const std::vector<double>& in, std::
                 std::int64_t i, std::int64_t j, std::vector<std::vector<double>>& grads) {
   std::size_t param = 0;
   for (const ScoreModStep& s : p.steps)
-    param += s.kind == ScoreModStep::Kind::relative_bias || s.kind == ScoreModStep::Kind::alibi ? 1 : 0;
+    param += s.kind == ScoreModStep::Kind::relative_bias || s.kind == ScoreModStep::Kind::alibi ||
+                     (s.kind == ScoreModStep::Kind::softcap && s.trainable)
+                 ? 1
+                 : 0;
   for (std::size_t t = p.steps.size(); t-- > 0;) {
     const ScoreModStep& s = p.steps[t];
     switch (s.kind) {
@@ -102,6 +105,7 @@ double unmodify(const Problem& p, double g, const std::vector<double>& in, std::
       case ScoreModStep::Kind::alibi: grads[--param][static_cast<std::size_t>(h)] += g * static_cast<double>(j - i); break;
       case ScoreModStep::Kind::softcap: {
         const double th = std::tanh(in[t] / s.cap);
+        if (s.trainable) grads[--param][0] += g * (th - in[t] / s.cap * (1.0 - th * th));
         g *= 1.0 - th * th;
         break;
       }
@@ -184,6 +188,10 @@ FlexGrads attention_backward_reference(const Tensor& q, const Tensor& k, const T
       param_shapes.push_back({static_cast<std::int64_t>(s.table.size()) / width, width});
     } else if (s.kind == ScoreModStep::Kind::alibi) {
       param_shapes.push_back({static_cast<std::int64_t>(s.table.size())});
+    } else if (s.kind == ScoreModStep::Kind::softcap && s.trainable) {
+      param_shapes.push_back({1});
+      param_grads.emplace_back(1, 0.0);
+      continue;
     } else {
       continue;
     }

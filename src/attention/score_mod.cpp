@@ -13,10 +13,13 @@ struct ScoreMod::Step {
   std::vector<float> table;   // relative_bias: [heads][2R + 1]; alibi: slopes
   std::int64_t radius = 0;    // relative_bias
   float cap = 0;              // softcap
+  bool trainable = false;     // softcap: the cap is a parameter
   ScoreFunction fn, derivative;
   std::string name;
 
-  bool has_parameters() const { return kind == Kind::relative_bias || kind == Kind::alibi; }
+  // Steps that add a parameter to the score (d out / d their output is 1 at their own position).
+  bool additive() const { return kind == Kind::relative_bias || kind == Kind::alibi; }
+  bool has_parameters() const { return additive() || (kind == Kind::softcap && trainable); }
   std::int64_t bias_index(std::int64_t h, std::int64_t rel) const {
     const std::int64_t width = 2 * radius + 1;
     const std::int64_t heads = static_cast<std::int64_t>(table.size()) / width;
@@ -60,11 +63,12 @@ std::vector<float> ScoreMod::alibi_slopes(std::int64_t heads) {
   return slopes;
 }
 
-ScoreMod ScoreMod::softcap(float cap) {
+ScoreMod ScoreMod::softcap(float cap, bool trainable) {
   LMCORE_CHECK(cap > 0 && std::isfinite(cap), "ScoreMod::softcap: expected a finite cap > 0, found {}", cap);
   auto s = std::make_shared<Step>();
   s->kind = Step::Kind::softcap;
   s->cap = cap;
+  s->trainable = trainable;
   ScoreMod m;
   m.steps_.push_back(std::move(s));
   return m;
@@ -108,7 +112,7 @@ std::string ScoreMod::describe() const {
     switch (s->kind) {
       case Step::Kind::relative_bias: out += fmt::format("relative_position_bias(R={})", s->radius); break;
       case Step::Kind::alibi: out += "alibi"; break;
-      case Step::Kind::softcap: out += fmt::format("softcap({})", s->cap); break;
+      case Step::Kind::softcap: out += fmt::format("softcap({}{})", s->cap, s->trainable ? ", trainable" : ""); break;
       case Step::Kind::function: out += s->name; break;
     }
   }
@@ -143,9 +147,11 @@ float ScoreMod::apply(float score, std::int64_t b, std::int64_t h, std::int64_t 
       case Step::Kind::relative_bias: score += s->bias_at(h, q_idx - kv_idx); break;
       case Step::Kind::alibi: score += s->table[static_cast<std::size_t>(h)] * static_cast<float>(kv_idx - q_idx); break;
       case Step::Kind::softcap: {
-        const float t = std::tanh(score / s->cap);
+        const float x = score, t = std::tanh(score / s->cap);
         score = s->cap * t;
         chain(1.0f - t * t);
+        // d(c tanh(x / c)) / dc = tanh(x / c) - (x / c)(1 - tanh^2(x / c))
+        if (s->trainable && suffix != nullptr) suffix[params] = t - x / s->cap * (1.0f - t * t);
         break;
       }
       case Step::Kind::function:
@@ -159,7 +165,7 @@ float ScoreMod::apply(float score, std::int64_t b, std::int64_t h, std::int64_t 
         score = s->fn(score, b, h, q_idx, kv_idx);
         break;
     }
-    if (s->has_parameters() && suffix != nullptr) suffix[params] = 1.0f;
+    if (s->additive() && suffix != nullptr) suffix[params] = 1.0f;
     if (s->has_parameters()) ++params;
   }
   if (derivative != nullptr) *derivative = d;
@@ -175,7 +181,9 @@ void ScoreMod::apply_tile(std::int64_t b, std::int64_t h, std::int64_t q0, std::
     if (st->has_parameters() && suffix != nullptr)
       for (std::int64_t i = 0; i < nq; ++i) std::fill_n(suffix[params] + i * ld, nk, 1.0f);
     // Later steps with a derivative other than 1 chain into the suffix of every earlier parameter step.
-    const bool chains = suffix != nullptr && params > 0 && !st->has_parameters();
+    const bool chains = suffix != nullptr && params > 0 && !st->additive();
+    // A trainable softcap's own suffix is d out / d cap (set below), not 1.
+    const bool cap_grad = suffix != nullptr && st->kind == Step::Kind::softcap && st->trainable;
     for (std::int64_t i = 0; i < nq; ++i) {
       float* row = s + i * ld;
       float* drow = deriv != nullptr ? deriv + i * ld : nullptr;
@@ -193,6 +201,7 @@ void ScoreMod::apply_tile(std::int64_t b, std::int64_t h, std::int64_t q0, std::
           const float inv = 1.0f / st->cap;
           for (std::int64_t j = 0; j < nk; ++j) {
             const float t = std::tanh(row[j] * inv);
+            if (cap_grad) suffix[params][i * ld + j] = t - row[j] * inv * (1.0f - t * t);
             row[j] = st->cap * t;
             if (drow != nullptr) drow[j] *= 1.0f - t * t;
             if (chains)
@@ -234,6 +243,7 @@ std::vector<ScoreModStep> ScoreMod::steps() const {
     v.table = s->table;
     v.radius = s->radius;
     v.cap = s->cap;
+    v.trainable = s->trainable;
     v.fn = s->fn;
     v.derivative = s->derivative;
     v.name = s->name;
@@ -254,6 +264,7 @@ std::vector<std::vector<std::int64_t>> ScoreMod::parameter_shapes() const {
     const auto n = static_cast<std::int64_t>(s->table.size());
     if (s->kind == Step::Kind::relative_bias) shapes.push_back({n / (2 * s->radius + 1), 2 * s->radius + 1});
     if (s->kind == Step::Kind::alibi) shapes.push_back({n});
+    if (s->kind == Step::Kind::softcap && s->trainable) shapes.push_back({1});
   }
   return shapes;
 }
@@ -271,7 +282,13 @@ void ScoreMod::accumulate_parameter_grads(std::int64_t, std::int64_t h, std::int
       const float* d = ds + i * ld;
       const float* w = su + i * ld;
       const std::int64_t q = q0 + i;
-      if (st->kind == Step::Kind::alibi) {
+      if (st->kind == Step::Kind::softcap) {
+        // suffix is d out / d cap already
+        double sum = 0;
+        for (std::int64_t j = 0; j < nk; ++j)
+          if (d[j] != 0.0f) sum += static_cast<double>(d[j] * w[j]);
+        g[0] += sum;
+      } else if (st->kind == Step::Kind::alibi) {
         // d(score + slope (kv - q)) / d slope = kv - q
         double sum = 0;
         for (std::int64_t j = 0; j < nk; ++j)

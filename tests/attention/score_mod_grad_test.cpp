@@ -92,6 +92,26 @@ void expect_matches_finite_differences(const Problem& p, std::vector<float> tabl
                                  0.0));
 }
 
+// A trainable softcap: the cap gets d loss / d cap, alone and between two parameter steps (the slopes
+// before it chain through its derivative in the score, the bias after it does not).
+TEST(ScoreModGrads, TrainableSoftcapMatchesFiniteDifferences) {
+  const Problem p = make_problem(2, 2, 27, 31, MaskMod::sliding_window(11), 60);
+  expect_matches_finite_differences(
+      p, {1.5f}, [](const std::vector<float>& t) { return ScoreMod::softcap(t[0], true); }, 0, "trainable softcap");
+  const std::vector<float> slopes{0.5f, 0.25f};
+  const std::vector<float> bias{0.25f, -0.5f, 0.75f};
+  auto chain = [&](const std::vector<float>& t) {
+    return ScoreMod::alibi(slopes).then(ScoreMod::softcap(t[0], true)).then(ScoreMod::relative_position_bias(bias, 1));
+  };
+  expect_matches_finite_differences(p, {2.0f}, chain, 1, "alibi, trainable softcap, bias");
+  auto slopes_of = [&](const std::vector<float>& t) {
+    return ScoreMod::alibi(t).then(ScoreMod::softcap(2.0f, true)).then(ScoreMod::relative_position_bias(bias, 1));
+  };
+  expect_matches_finite_differences(p, slopes, slopes_of, 0, "slopes before a trainable softcap");
+  EXPECT_EQ(chain({2.0f}).parameter_shapes(), (std::vector<std::vector<std::int64_t>>{{2}, {1}, {1, 3}}));
+  EXPECT_EQ(ScoreMod::softcap(2.0f).num_parameter_steps(), 0);
+}
+
 TEST(ScoreModGrads, RelativeBiasMatchesFiniteDifferences) {
   const Problem p = make_problem(2, 1, 29, 35, MaskMod::sliding_window(9) | MaskMod::prefix_lm(3), 40);
   std::vector<float> bias(2 * 9);

@@ -3,6 +3,7 @@
 # attention has no f64 path for torch.autograd.gradcheck), the BlockMask surface, callables with
 # PyTorch's signatures, and the argument errors and defects of issue 17.
 import math
+import os
 
 import pytest
 import torch
@@ -11,6 +12,13 @@ import lmcore
 import lmcore.torch as lt
 from bounds import close_within
 from test_attention import BF16_MATRIX_UNITS, BOUNDS, attention_backward_given_out, torch_attention
+
+
+# A trainable cap's gradient sums d loss / d score x d score / d cap over every score, with cancellation
+# (a softmax's score gradients sum to 0 per row): its error follows the sum of the terms' magnitudes, not
+# the result's. Measured <= 0.21 eps sum|terms| (LMCORE_TEST_REPORT_ERRORS=1); bound 2; each case also
+# checks that a 1% error of the result exceeds the bound (the closest case: 1% = 6.0 eps sum|terms|).
+CAP, BOUNDS_EPS = 2, 2.0 ** -23
 
 
 def inputs(B, Hq, Hkv, L, S, D, Dv, seed, dtype=torch.float32):
@@ -50,6 +58,7 @@ def score_mods(H):
     slopes = torch.tensor([2.0 ** (-(i + 1)) for i in range(H)], requires_grad=True)
     table = (0.4 * torch.randn(H, 7, generator=torch.Generator().manual_seed(3))).requires_grad_()
     shared = (0.4 * torch.randn(1, 11, generator=torch.Generator().manual_seed(4))).requires_grad_()
+    cap = torch.tensor(1.75, requires_grad=True)
     return {
         "none": (None, []),
         "alibi": (lt.alibi(slopes), [slopes]),
@@ -57,6 +66,9 @@ def score_mods(H):
         "relative-shared then alibi": (lt.relative_position_bias(shared).then(lt.alibi(slopes)), [shared, slopes]),
         "alibi then softcap": (lt.alibi(slopes).then(lt.softcap(2.5)), [slopes]),
         "softcap": (lt.softcap(1.5), []),
+        "trainable softcap": (lt.softcap(cap), [cap]),
+        "alibi, trainable softcap, relative": (lt.alibi(slopes).then(lt.softcap(cap)).then(
+            lt.relative_position_bias(table)), [slopes, cap, table]),
     }
 
 
@@ -73,7 +85,10 @@ def check_against_torch(q, k, v, d_out, mask_fn, score, params, scale=None, enab
     for p in params:
         p.grad = None
     rq, rk, rv = (x.double().requires_grad_() for x in (q, k, v))
-    ref_params = [p.detach().double().requires_grad_() for p in params]
+    # A tensor cap enters the reference once per score ([B, Hq, L, S], all equal): its gradient is the sum
+    # of those elements' gradients, and the sum of their magnitudes is the scale its rounding follows.
+    ref_params = [p.detach().double().expand(B, Hq, L, S).clone().requires_grad_() if p.dim() == 0
+                  else p.detach().double().requires_grad_() for p in params]
     ref_score = None
     if score is not None:
         ref_score = lt.ScoreMod([(kind, ref_params[[id(p) for p in params].index(id(val))] if isinstance(val, torch.Tensor)
@@ -87,6 +102,15 @@ def check_against_torch(q, k, v, d_out, mask_fn, score, params, scale=None, enab
     for gname, got, want in (("dq", tq.grad, rq.grad), ("dk", tk.grad, rk.grad), ("dv", tv.grad, rv.grad)):
         close_within(f"{name} {gname}", got, want, torch.float32, *b["grad"])
     for i, (got, want) in enumerate(zip(got_params, ref_params)):
+        if got.dim() == 0:  # a cap: |got - want| <= CAP eps sum of the per-score terms' magnitudes
+            terms, want = want.grad, want.grad.sum()
+            bound = CAP * BOUNDS_EPS * terms.abs().sum().item()
+            if os.environ.get("LMCORE_TEST_REPORT_ERRORS"):
+                print(f"[error] {name} cap gradient: {abs(got.item() - want.item()) / bound * CAP:.3f} eps sum|terms|, "
+                      f"1% of it is {0.01 * abs(want.item()) / bound * CAP:.3f} eps sum|terms|")
+            assert abs(got.item() - want.item()) <= bound, f"{name} cap gradient: got {got.item()}, want {want.item()}"
+            assert 0.01 * abs(want.item()) > bound, f"{name} cap gradient: the bound {bound} passes a 1% error"
+            continue
         close_within(f"{name} score-mod parameter {i}", got, want.grad, torch.float32, *b["param"])
 
 
@@ -151,8 +175,10 @@ def test_callable_score_mod_on_a_trainable_tensor_is_refused():
     q, k, v, _ = inputs(1, 2, 2, 8, 8, 4, 4, seed=10)
     with pytest.raises(ValueError, match="depends on a tensor that requires grad.*lmcore.torch.alibi"):
         lt.flex_attention(q, k, v, score_mod=lambda s, b, h, qi, kv: s + slopes[h] * (kv - qi))
-    with pytest.raises(ValueError, match="softcap: the cap gets no gradient"):
-        lt.softcap(torch.tensor(3.0, requires_grad=True))
+    with pytest.raises(ValueError, match=r"softcap: expected one number, found a tensor of shape \[2\]"):
+        lt.softcap(torch.ones(2, requires_grad=True))
+    with pytest.raises(ValueError, match="softcap: expected a finite number > 0, found -1.0"):
+        lt.softcap(torch.tensor(-1.0))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

@@ -11,9 +11,10 @@
 //   relative_position_bias(bias, R)  score + bias[h][clamp(q - kv, -R, R) + R]; bias is [H or 1][2R + 1]
 //   alibi(slopes)                    score + slopes[h] * (kv - q)   (slopes has one entry per query head)
 //   softcap(cap)                     cap * tanh(score / cap)
+//   softcap(cap, /*trainable=*/true) the same, with the cap a parameter (shape {1})
 //   from_function(f, df)             f(score, b, h, q, kv); df gives d f / d score (optional)
 //
-// Parameters: the bias table and the slopes are trainable. The parameter steps, in chain order, are
+// Parameters: the bias table, the slopes and a trainable softcap's cap. The parameter steps, in chain order, are
 // what parameter_shapes() lists and what flex_attention_backward returns gradients for
 // (FlexGrads::score_mod_grads), each flattened like its table.
 #pragma once
@@ -37,6 +38,7 @@ struct ScoreModStep {
   std::vector<float> table;  // relative_bias: [rows][2 * radius + 1] (rows 1 or one per head); alibi: slopes
   std::int64_t radius = 0;   // relative_bias
   float cap = 0;             // softcap
+  bool trainable = false;    // softcap: the cap is a parameter
   ScoreFunction fn, derivative;  // function (derivative may be empty)
   std::string name;              // function
 };
@@ -47,7 +49,7 @@ class ScoreMod {
 
   static ScoreMod relative_position_bias(std::vector<float> bias, std::int64_t max_distance);
   static ScoreMod alibi(std::vector<float> slopes);
-  static ScoreMod softcap(float cap);
+  static ScoreMod softcap(float cap, bool trainable = false);
   static ScoreMod from_function(ScoreFunction fn, ScoreFunction derivative = {}, std::string name = "user");
   // The standard ALiBi slopes for n heads: 2^(-8 (i + 1) / n).
   static std::vector<float> alibi_slopes(std::int64_t heads);
@@ -73,7 +75,7 @@ class ScoreMod {
                   float* s, std::int64_t ld, float* deriv, float* const* suffix = nullptr) const;
 
   // The steps with trainable parameters, in chain order: relative_position_bias {rows, 2R + 1}, alibi
-  // {number of slopes}.
+  // {number of slopes}, a trainable softcap {1}.
   std::int64_t num_parameter_steps() const;
   std::vector<std::vector<std::int64_t>> parameter_shapes() const;
   // Backward into the parameters for a tile: ds[i * ld + j] = d loss / d(modified score) and suffix

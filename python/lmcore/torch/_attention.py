@@ -11,8 +11,8 @@ enable_gqa=True, as in PyTorch. kernel_options (PyTorch's Triton tuning knobs) a
 have no effect here.
 
 Score modifiers: lmcore.torch.alibi(slopes), relative_position_bias(table), softcap(c) and their
-chains (a.then(b)) take torch tensors; slopes and tables that require grad receive their gradient
-(the kernel computes it, f32). Each is also callable with PyTorch's signature
+chains (a.then(b)) take torch tensors; slopes, tables and a tensor cap that require grad receive
+their gradient (the kernel computes it, f32). Each is also callable with PyTorch's signature
 (score, b, h, q_idx, kv_idx) on tensors, so the same object drives a plain-torch reference. A
 Python callable score_mod keeps working: it is called per element with 0-d tensors (slow), and its
 derivative with respect to the score comes from torch.autograd per element; a callable whose result
@@ -46,8 +46,9 @@ class ScoreMod:
         return ScoreMod(self._steps + nxt._steps)
 
     def parameters(self):
-        """The parameter tensors in chain order (slopes and tables), as the kernel returns their gradients."""
-        return [v for kind, v in self._steps if kind in ("alibi", "rel")]
+        """The parameter tensors in chain order (slopes, tables, tensor caps), as the kernel returns their
+        gradients."""
+        return [v for kind, v in self._steps if kind in ("alibi", "rel") or isinstance(v, torch.Tensor)]
 
     def to_lmcore(self):
         m = _lmcore.ScoreMod()
@@ -57,8 +58,10 @@ class ScoreMod:
             elif kind == "rel":
                 step = _lmcore.ScoreMod.relative_position_bias(to_lmcore(v.detach().float().contiguous().reshape(-1),
                                                                          "table"), (v.shape[-1] - 1) // 2)
+            elif isinstance(v, torch.Tensor):  # a cap given as a tensor is a parameter
+                step = _lmcore.ScoreMod.softcap(float(v), True)
             else:
-                step = _lmcore.ScoreMod.softcap(float(v))
+                step = _lmcore.ScoreMod.softcap(v)
             m = m.then(step)
         return m
 
@@ -100,17 +103,17 @@ def relative_position_bias(table):
 
 
 def softcap(c):
-    """c * tanh(score / c), c > 0 a number (a tensor that requires grad is refused: no gradient for c)."""
+    """c * tanh(score / c), c > 0: a number, or a one-element tensor (trainable when it requires grad)."""
     if isinstance(c, torch.Tensor):
-        if c.requires_grad:
-            raise ValueError("softcap: the cap gets no gradient from lmcore's kernels; pass a number or a tensor "
-                             "that does not require grad")
+        check_tensor(c, "c", (torch.float32, torch.float64, torch.bfloat16, torch.float16))
         if c.numel() != 1:
             raise ValueError(f"softcap: expected one number, found a tensor of shape {list(c.shape)}")
-        c = c.item()
-    if not isinstance(c, (int, float)) or not c > 0 or not math.isfinite(c):
-        raise ValueError(f"softcap: expected a finite number > 0, found {c!r}")
-    return ScoreMod([("softcap", float(c))])
+        value = c.item()
+    else:
+        value = c
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0 or not math.isfinite(value):
+        raise ValueError(f"softcap: expected a finite number > 0, found {value!r}")
+    return ScoreMod([("softcap", c if isinstance(c, torch.Tensor) else float(c))])
 
 
 def _callable_score_mod(fn):
