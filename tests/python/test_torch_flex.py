@@ -233,6 +233,13 @@ def test_block_mask_surface():
         n = kv_n[1, 2, row].item()
         assert kv_i[1, 2, row, :n].tolist() == sorted(kv_i[1, 2, row, :n].tolist())
     assert torch.equal(t[6] + t[8], any_.sum(-2).to(torch.int32))
+    names = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices", "q_num_blocks", "q_indices",
+             "full_q_num_blocks", "full_q_indices")
+    for i, n in enumerate(names):
+        assert torch.equal(getattr(bm, n), t[2 + i]), n
+    assert bm.to("cpu") is bm
+    with pytest.raises(ValueError, match="device: lmcore runs on the CPU"):
+        bm.to("cuda")
     back = lt.BlockMask.from_kv_blocks(kv_n, kv_i, f_n, f_i, BLOCK_SIZE=(16, 8), mask_mod=per_batch,
                                        seq_lengths=(L, S))
     assert torch.equal(back.kinds(), bm.kinds()) and back.shape == bm.shape

@@ -239,6 +239,21 @@ class BlockMask:
         return (self._lm.q_len, self._lm.kv_len, kv_n, kv_i, fkv_n, fkv_i, q_n, q_i, fq_n, fq_i, self._lm.q_block,
                 self._lm.kv_block, self.mask_mod)
 
+    # The block lists under PyTorch's attribute names (as as_tuple orders them).
+    kv_num_blocks = property(lambda self: self.as_tuple()[2])
+    kv_indices = property(lambda self: self.as_tuple()[3])
+    full_kv_num_blocks = property(lambda self: self.as_tuple()[4])
+    full_kv_indices = property(lambda self: self.as_tuple()[5])
+    q_num_blocks = property(lambda self: self.as_tuple()[6])
+    q_indices = property(lambda self: self.as_tuple()[7])
+    full_q_num_blocks = property(lambda self: self.as_tuple()[8])
+    full_q_indices = property(lambda self: self.as_tuple()[9])
+
+    def to(self, device):
+        """This mask on `device` (only the CPU: lmcore runs there)."""
+        _check_device(device)
+        return self
+
     @classmethod
     def from_kv_blocks(cls, kv_num_blocks, kv_indices, full_kv_num_blocks=None, full_kv_indices=None,
                        BLOCK_SIZE=128, mask_mod=None, seq_lengths=None, compute_q_blocks=True):
