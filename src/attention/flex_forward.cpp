@@ -122,23 +122,28 @@ void flex_forward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod&
           bm.mask.fill(b, h, q0, nq, k0 + c0, nc, mtile.data() + c0, ld);
           for (std::int64_t i = 0; i < nq; ++i) row_apply_mask(s.data() + i * ld + c0, mtile.data() + i * ld + c0, nc);
         }
+        // bf16: P goes straight from the exp to its rounded copy for the product (one pass, the same
+        // bits as exp in place then cast_f32_to_lowp); l sums the unrounded P either way.
+        constexpr bool kFusedBF16 = std::is_same_v<T, bf16>;
         for (std::int64_t i = 0; i < nq; ++i) {
           float* row = s.data() + i * ld;
           // max_nan: a NaN score makes the row NaN (row_kernels.h), never a finite value that hides it.
           const float m_new = max_nan(m[i], row_max(row, nk));
           if (m_new == ninf) {
             // Nothing allowed in this row so far: P is zero.
-            std::fill_n(row, nk, 0.0f);
+            if constexpr (kFusedBF16) std::fill_n(p_low.data() + i * ld, nk, T{});
+            else std::fill_n(row, nk, 0.0f);
             continue;
           }
           const float alpha = m[i] == ninf ? 0.0f : std::exp(m[i] - m_new);
-          l[i] = l[i] * alpha + row_exp_store_sum(row, nk, m_new);
+          if constexpr (kFusedBF16) l[i] = l[i] * alpha + row_exp_sum_store_bf16(row, p_low.data() + i * ld, nk, m_new);
+          else l[i] = l[i] * alpha + row_exp_store_sum(row, nk, m_new);
           m[i] = m_new;
           if (alpha != 1.0f) row_scale(acc.data() + i * Dv, Dv, alpha);
         }
         // acc [nq, Dv] += P V; l above summed the f32 P, the product takes P rounded to T.
         if constexpr (kLowp) {
-          cast_f32_to_lowp(dtype_of<T>, p_low.data(), s.data(), nq * ld);
+          if constexpr (!kFusedBF16) cast_f32_to_lowp(dtype_of<T>, p_low.data(), s.data(), nq * ld);
           tile_gemm(false, false, nq, Dv, nk, 1.0f, p_low.data(), ld, V + k0 * Dv, Dv, 1.0f, acc.data(), Dv);
         } else {
           tile_gemm(false, false, nq, Dv, nk, 1.0f, s.data(), ld, V + k0 * Dv, Dv, 1.0f, acc.data(), Dv);

@@ -11,6 +11,7 @@ namespace lmcore::attention::detail {
 
 using internal::max_nan;
 using internal::row_exp;
+using internal::row_exp_sum_store_bf16;
 using internal::row_exp_store_sum;
 using internal::row_max;
 using internal::row_scale;

@@ -90,11 +90,21 @@ TEST(RowKernels, MatchPlainLoopsOnEveryTarget) {
         EXPECT_NEAR(row_exp_store_sum(e.data(), n, m), s, sum_tol);
         std::vector<float> e2(x, x + n);
         row_exp(e2.data(), n, m);
+        // The fused bf16 form: the same sum bit for bit, and each p[j] the bf16 of exp(x[j] - m)
+        // rounded to nearest even (bf16::from_f32 of the in-place exp, which the loop above bounds).
+        std::vector<bf16> p(static_cast<std::size_t>(n) + 1, bf16::from_bits(0x7777));
+        const std::vector<float> x_before(x, x + n);
+        const float s_bf16 = row_exp_sum_store_bf16(x, p.data(), n, m);
+        std::vector<float> e3(x, x + n);
+        EXPECT_EQ(s_bf16, row_exp_store_sum(e3.data(), n, m));
+        EXPECT_EQ(p[static_cast<std::size_t>(n)].bits, 0x7777) << "wrote past the row";
         for (std::int64_t j = 0; j < n; ++j) {
           const double want = std::exp(static_cast<double>(x[j] - m));
           worst_exp = std::max(worst_exp, ulps(e[j], want));
           ASSERT_LE(ulps(e[j], want), 2.0) << "exp at " << j;
           ASSERT_EQ(e2[j], e[j]) << "row_exp and row_exp_store_sum differ at " << j;
+          ASSERT_EQ(p[static_cast<std::size_t>(j)].bits, bf16::from_f32(e[j]).bits) << "bf16 exp at " << j;
+          ASSERT_EQ(x[j], x_before[static_cast<std::size_t>(j)]) << "row_exp_sum_store_bf16 wrote x at " << j;
         }
         // Sums of n terms: n roundings of partial sums at most.
         double abs_sum = 0;
@@ -131,6 +141,9 @@ TEST(RowKernels, NanPropagatesFromEveryPosition) {
         std::vector<float> e2 = x;
         row_exp(e2.data(), n, m);
         for (std::int64_t j = 0; j < n; ++j) EXPECT_EQ(std::isnan(e2[j]), j == at) << j;
+        std::vector<bf16> p(static_cast<std::size_t>(n));
+        EXPECT_TRUE(std::isnan(row_exp_sum_store_bf16(x.data(), p.data(), n, m)));
+        for (std::int64_t j = 0; j < n; ++j) EXPECT_EQ(std::isnan(p[static_cast<std::size_t>(j)].to_f32()), j == at) << j;
       }
       // A NaN max (what a caller folds in from another chunk) poisons the whole row.
       std::vector<float> e(clean.begin(), clean.begin() + n);

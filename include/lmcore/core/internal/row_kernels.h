@@ -28,6 +28,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "lmcore/core/low_precision.h"
+
 namespace lmcore::internal {
 
 // max(a, b) that returns NaN when either is NaN.
@@ -39,6 +41,10 @@ float row_max(const float* x, std::int64_t n);
 float row_exp_sum(const float* x, std::int64_t n, float m);
 // x[j] = exp(x[j] - m); returns their sum.
 float row_exp_store_sum(float* x, std::int64_t n, float m);
+// p[j] = exp(x[j] - m) rounded to bf16 (to nearest even; NaN stays NaN: cast_f32_to_lowp's rounding),
+// x unchanged; returns the sum of the unrounded exps, the same value and bits as row_exp_store_sum.
+// The softmax of a bf16 matrix-unit product (flex attention's P) in one pass.
+float row_exp_sum_store_bf16(const float* x, bf16* p, std::int64_t n, float m);
 // x[j] = exp(x[j] - m), no sum.
 void row_exp(float* x, std::int64_t n, float m);
 // x[j] *= a.
