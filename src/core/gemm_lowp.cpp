@@ -249,6 +249,35 @@ ThreadBuffers& thread_buffers() {
   return buffers;
 }
 
+// A primitive's memory objects and argument map for the calling thread. Creating them (and a stream)
+// on every call cost a few microseconds of allocations: a third of a 128 x 384 x 64 attention tile
+// product on AMX. Each entry keeps its primitive alive, so an address is never reused for another.
+struct BoundPrimitive {
+  std::shared_ptr<const Primitive> prim;
+  dnnl::memory a, b, c, scratchpad;
+  std::unordered_map<int, dnnl::memory> args;
+};
+
+BoundPrimitive& bound_primitive(const std::shared_ptr<const Primitive>& p) {
+  thread_local std::unordered_map<const Primitive*, BoundPrimitive> bound;
+  if (auto it = bound.find(p.get()); it != bound.end()) return it->second;
+  if (bound.size() >= 256) bound.clear();  // shapes come and go (ragged tails); keep the table small
+  dnnl::engine& eng = engine();
+  BoundPrimitive e{p,
+                   dnnl::memory(p->a, eng, nullptr),
+                   dnnl::memory(p->b, eng, nullptr),
+                   dnnl::memory(p->c, eng, nullptr),
+                   dnnl::memory(p->pd.scratchpad_desc(), eng, nullptr),
+                   {}};
+  e.args = {{DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b}, {DNNL_ARG_DST, e.c}, {DNNL_ARG_SCRATCHPAD, e.scratchpad}};
+  return bound.emplace(p.get(), std::move(e)).first->second;
+}
+
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream stream(engine());
+  return stream;
+}
+
 // Copies a stored [rows, cols] matrix with row stride ld into dense rows.
 void pack_rows(void* dst, const void* src, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::size_t item) {
   auto* d = static_cast<std::byte*>(dst);
@@ -309,18 +338,20 @@ void run_onednn_block(const Gemm& g) {
     c = buf.c.get(static_cast<std::size_t>(g.m * g.n) * out_item);
     if (g.beta != 0.0f) pack_rows(c, g.c, g.m, g.n, g.ldc, out_item);
   }
-  // 2. The cached primitive for this dense shape, run with this thread's scratchpad.
+  // 2. The cached primitive for this dense shape, run with this thread's scratchpad, through this
+  // thread's memory objects for it (only their data pointers change between calls).
   const Key key{g.ab, g.c_dtype, g.ta, g.tb, g.m, g.n, g.k, std::bit_cast<std::uint32_t>(g.alpha),
                 std::bit_cast<std::uint32_t>(g.beta)};
   const std::shared_ptr<const Primitive> p = cache().get(key);
   {
     const OmpSingleThread single;
-    dnnl::engine& eng = engine();
-    dnnl::memory ma(p->a, eng, const_cast<void*>(a)), mb(p->b, eng, const_cast<void*>(b)), mc(p->c, eng, c);
-    dnnl::memory ms(p->pd.scratchpad_desc(), eng, p->scratch_bytes ? buf.scratchpad.get(p->scratch_bytes) : nullptr);
-    dnnl::stream stream(eng);
-    p->prim.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}});
-    stream.wait();
+    BoundPrimitive& bound = bound_primitive(p);
+    bound.a.set_data_handle(const_cast<void*>(a));
+    bound.b.set_data_handle(const_cast<void*>(b));
+    bound.c.set_data_handle(c);
+    bound.scratchpad.set_data_handle(p->scratch_bytes ? buf.scratchpad.get(p->scratch_bytes) : nullptr);
+    p->prim.execute(thread_stream(), bound.args);
+    thread_stream().wait();
   }
   // 3. A staged C goes back to its strided home.
   if (stage_c) unpack_rows(g.c, g.ldc, c, g.m, g.n, out_item);
