@@ -156,14 +156,36 @@ TEST(Allocator, BlocksAroundTheDirectMappingSizeAreAlignedWritableAndReturned) {
   // Under AddressSanitizer every block comes from its heap, which holds freed blocks in quarantine
   // (VmSize grows by design), so the unmapping is checked in the other builds only.
   if (kAsan) return;
+  release_cached_blocks();
   const std::int64_t vm_before = vm_size_kib();
   for (int i = 0; i < 20; ++i) {
     Tensor t = Tensor::empty({10 * 1024 * 1024}, DType::f32);  // 40 MiB
     t.data<float>()[t.numel() - 1] = 1.0f;
   }
+  EXPECT_EQ(release_cached_blocks(), 40 * mib);  // the one block, reused 19 times, then returned
   const std::int64_t vm_after = vm_size_kib();
   ASSERT_GT(vm_before, 0);
   EXPECT_LT(vm_after - vm_before, 8 * 1024) << "VmSize grew from " << vm_before << " to " << vm_after << " KiB";
+}
+
+// A freed block of 32 MiB or more serves the next request of its size without a fresh mapping (which
+// the kernel zeroes page by page); a request of another size returns the cached blocks first.
+TEST(Allocator, FreedHugeBlocksServeTheNextRequestOfTheirSizeOnly) {
+  if (kAsan) return;  // heap blocks only under AddressSanitizer
+  const std::size_t mib = std::size_t{1} << 20;
+  release_cached_blocks();
+  void* a = allocate_bytes(40 * mib);
+  static_cast<unsigned char*>(a)[0] = 1;
+  free_bytes(a, 40 * mib);
+  void* b = allocate_bytes(40 * mib - 100);  // the same 2 MiB-rounded length
+  EXPECT_EQ(b, a);
+  free_bytes(b, 40 * mib - 100);
+  const std::int64_t vm_cached = vm_size_kib();
+  void* c = allocate_bytes(64 * mib);  // no block of this length: the 40 MiB one is unmapped first
+  EXPECT_LT(vm_size_kib() - vm_cached, 48 * 1024);  // +64 MiB mapped, -40 MiB released
+  free_bytes(c, 64 * mib);
+  EXPECT_EQ(release_cached_blocks(), 64 * mib);
+  EXPECT_EQ(release_cached_blocks(), 0u);
 }
 
 TEST(Errors, MessagesNameOpArgumentAndValues) {

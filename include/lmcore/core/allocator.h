@@ -25,5 +25,9 @@ std::size_t current_bytes() noexcept;
 std::size_t peak_bytes() noexcept;
 // Sets the peak to the current value.
 void reset_peak_bytes() noexcept;
+// Blocks of 32 MiB and more are kept after free_bytes for the next request of the same size (up to
+// 1 GiB; a request of another size releases them first). Returns the cached bytes to the system and
+// says how many there were.
+std::size_t release_cached_blocks() noexcept;
 
 }  // namespace lmcore
