@@ -1,4 +1,4 @@
-// Private helpers of the io part: read-only file mappings, atomic file writing, overflow-checked
+// Private helpers of the io part: read-only file mappings, overflow-checked
 // arithmetic and byte dumps for error messages.
 #pragma once
 
@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "lmcore/base/atomic_file.h"
 #include "lmcore/core/error.h"
 
 namespace lmcore::io::detail {
@@ -49,30 +50,10 @@ class FileBytes {
   std::unique_ptr<std::byte[]> owned_;
 };
 
-// Writes a file atomically: bytes go to a temporary file in the same directory, which is fsynced and
-// renamed over `path`, then the directory is fsynced. A crash before commit() leaves `path` as it was;
-// the destructor removes the temporary file when commit() was not reached.
-class AtomicFile {
- public:
-  explicit AtomicFile(std::string path);
-  ~AtomicFile();
-  AtomicFile(const AtomicFile&) = delete;
-  AtomicFile& operator=(const AtomicFile&) = delete;
-
-  void write(const void* data, std::size_t n);
-  void write(std::string_view s) { write(s.data(), s.size()); }
-  void write_zeros(std::size_t n);
-  std::uint64_t offset() const { return offset_; }
-  void commit();
-
- private:
-  void flush();
-  std::string path_, temp_path_;
-  int fd_ = -1;
-  std::uint64_t offset_ = 0;
-  std::string buffer_;
-  bool committed_ = false;
-};
+// Atomic file writes (temporary file, fsync, rename, directory fsync; non-regular destinations and
+// symbolic links refused; temporaries removed on SIGTERM/SIGINT and swept after SIGKILL) are the base
+// part's: see lmcore/base/atomic_file.h.
+using base::AtomicFile;
 
 // ---- overflow-checked arithmetic: throw Error naming `what` ----
 std::uint64_t checked_add(std::uint64_t a, std::uint64_t b, const char* what);

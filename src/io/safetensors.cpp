@@ -254,7 +254,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   }
   text.append((8 - text.size() % 8) % 8, ' ');  // data starts 8-byte aligned
 
-  detail::AtomicFile out(path);
+  detail::AtomicFile out(path, {.what = "save"});
   std::string prefix;
   detail::append_le<std::uint64_t>(prefix, text.size());
   out.write(prefix);

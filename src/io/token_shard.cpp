@@ -22,7 +22,7 @@ void write_token_shard(const std::string& path, const std::uint32_t* tokens, std
   header[0] = narrow ? kTokenShardMagicU16 : kTokenShardMagicU32;
   header[1] = narrow ? kTokenShardVersionU16 : kTokenShardVersionU32;
   header[2] = static_cast<std::int32_t>(count);
-  detail::AtomicFile out(path);
+  detail::AtomicFile out(path, {.what = "save"});
   out.write(header, sizeof(header));
   if (!narrow) {
     out.write(tokens, static_cast<std::size_t>(count) * 4);

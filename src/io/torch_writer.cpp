@@ -127,7 +127,7 @@ void save_torch(const std::string& path, const NamedTensors& input, const SaveTo
   p.op('.');
 
   // 3. The archive.
-  detail::AtomicFile out(path);
+  detail::AtomicFile out(path, {.what = "save"});
   detail::ZipWriter zip(out, options.force_zip64);
   zip.add("archive/data.pkl", p.b.data(), p.b.size());
   zip.add("archive/byteorder", "little", 6);

@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "lmcore/core/error.h"
+#include "lmcore/base/error.h"
 #include "lmcore/upgrade/scan.h"
 
 namespace lmcore::upgrade {

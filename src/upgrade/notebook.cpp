@@ -3,7 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "lmcore/core/error.h"
+#include "lmcore/base/error.h"
 
 namespace lmcore::upgrade {
 

@@ -17,8 +17,8 @@
 
 #include <fmt/format.h>
 
-#include "lmcore/core/error.h"
-#include "lmcore/core/parallel.h"
+#include "lmcore/base/error.h"
+#include "lmcore/base/parallel.h"
 #include "lmcore/upgrade/cuda_check.h"
 #include "lmcore/upgrade/notebook.h"
 #include "lmcore/upgrade/python_check.h"

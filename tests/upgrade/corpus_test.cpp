@@ -16,7 +16,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "lmcore/core/error.h"
+#include "lmcore/base/error.h"
 #include "lmcore/upgrade/report.h"
 #include "lmcore/upgrade/scan.h"
 

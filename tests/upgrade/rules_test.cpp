@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "lmcore/core/error.h"
+#include "lmcore/base/error.h"
 #include "lmcore/upgrade/cuda_check.h"
 #include "lmcore/upgrade/python_check.h"
 #include "lmcore/upgrade/report.h"

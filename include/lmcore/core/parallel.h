@@ -1,27 +1,6 @@
-// lmcore/core/parallel.h — parallel loops over an index range on lmcore's own thread pool.
-//
-//   parallel_for(0, rows, /*grain=*/16, [&](int64_t begin, int64_t end) { for (...) ... });
-//
-// The range is cut into at most num_threads() contiguous chunks of at least `grain` indices; the cut
-// depends only on (begin, end, grain, num_threads()), so a kernel that reduces within chunks gives
-// the same bits on every run at the same thread count. A parallel_for inside another runs serially
-// on the calling thread (no oversubscription). The first exception thrown by fn is rethrown to the caller
-// once the running chunks return; chunks not yet started are skipped, and the pool keeps no copy of it.
+// lmcore/core/parallel.h — parallel_for and the thread pool live in the base part
+// (lmcore/base/parallel.h) so that parts without tensors (upgrade) can use them; this header keeps the
+// name the kernels already include.
 #pragma once
 
-#include <cstdint>
-#include <functional>
-
-namespace lmcore {
-
-// Threads used by parallel_for: LMCORE_NUM_THREADS if set (>= 1), else the number of cores.
-int num_threads();
-// Overrides the thread count for the rest of the process (n >= 1).
-void set_num_threads(int n);
-// True while running inside a parallel_for body.
-bool in_parallel_region();
-
-void parallel_for(std::int64_t begin, std::int64_t end, std::int64_t grain,
-                  const std::function<void(std::int64_t, std::int64_t)>& fn);
-
-}  // namespace lmcore
+#include "lmcore/base/parallel.h"

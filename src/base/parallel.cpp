@@ -6,7 +6,7 @@
 // variable. A futex wake-up took tens of microseconds on the loaded 2-core test machine, which on a
 // ~0.7 ms reduction left the second thread starting late (0.86x torch's sum, whose OpenMP workers
 // spin the same way); back-to-back parallel regions now find the other thread awake.
-#include "lmcore/core/parallel.h"
+#include "lmcore/base/parallel.h"
 
 #include <pthread.h>
 
@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "lmcore/core/error.h"
+#include "lmcore/base/error.h"
 
 namespace lmcore {
 namespace {

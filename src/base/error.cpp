@@ -1,4 +1,16 @@
-#include "lmcore/core/error.h"
+#include "lmcore/base/error.h"
+
+#include <cstring>
+
+namespace lmcore {
+
+std::string errno_text(int err) {
+  char buf[256];
+  // GNU strerror_r returns the message (possibly not in buf); it is thread-safe, unlike strerror.
+  return ::strerror_r(err, buf, sizeof buf);
+}
+
+}  // namespace lmcore
 
 namespace lmcore::detail {
 
