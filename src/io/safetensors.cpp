@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <set>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
@@ -28,44 +29,6 @@ constexpr DTypeName kNames[] = {
     {DType::boolean, "BOOL"}, {DType::f8_e4m3fn, "F8_E4M3"}, {DType::f8_e5m2, "F8_E5M2"},
 };
 
-// Parses JSON while checking that no object repeats a key (nlohmann keeps the last one silently).
-ojson parse_json_no_duplicates(std::string_view text, const std::string& name) {
-  std::vector<std::set<std::string>> keys;  // one set per open object
-  std::string duplicate;
-  ojson::parser_callback_t cb = [&](int /*depth*/, ojson::parse_event_t event, ojson& parsed) {
-    switch (event) {
-      case ojson::parse_event_t::object_start:
-        keys.emplace_back();
-        break;
-      case ojson::parse_event_t::object_end:
-        if (!keys.empty()) keys.pop_back();
-        break;
-      case ojson::parse_event_t::key: {
-        const std::string& k = parsed.get_ref<const std::string&>();
-        if (!keys.empty() && !keys.back().insert(k).second && duplicate.empty()) duplicate = k;
-        break;
-      }
-      default:
-        break;
-    }
-    return true;
-  };
-  ojson j;
-  try {
-    j = ojson::parse(text.begin(), text.end(), cb, /*allow_exceptions=*/true, /*ignore_comments=*/false);
-  } catch (const ojson::exception& e) {
-    fail("{}: safetensors header is not valid JSON: {}", name, e.what());
-  }
-  if (!duplicate.empty()) fail("{}: safetensors header has the key '{}' more than once", name, duplicate);
-  return j;
-}
-
-std::uint64_t json_u64(const ojson& v, const std::string& name, const std::string& tensor, const char* field) {
-  if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<std::int64_t>() >= 0))
-    fail("{}: tensor '{}': {} must hold non-negative integers, found {}", name, tensor, field, v.dump());
-  return v.get<std::uint64_t>();
-}
-
 }  // namespace
 
 std::string_view safetensors_dtype_name(DType dtype) {
@@ -83,6 +46,303 @@ DType safetensors_dtype_from_name(std::string_view name, const std::string& cont
 }
 
 namespace {
+
+// A valid header nests three deep ({"t": {"shape": [..]}}); unknown fields of a tensor may hold a
+// little more. Anything deeper is refused while parsing, before it can cost stack or time anywhere.
+constexpr int kMaxJsonDepth = 16;
+
+// Builds the header straight from the parser's events (nlohmann's SAX interface): no JSON tree is
+// built, so the cost is linear in the header (a DOM, and nlohmann's callback parser in particular, was
+// quadratic in the number of tensors), and nesting is bounded as it opens. The first broken rule stops
+// the parse; its message is in error().
+class HeaderBuilder final : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  HeaderBuilder(const std::string& name, SafetensorsHeader& h) : name_(name), h_(h) {}
+  const std::string& error() const { return error_; }
+
+  bool null() override { return scalar("null", "null"); }
+  bool boolean(bool v) override { return scalar("boolean", v ? "true" : "false"); }
+  bool number_integer(number_integer_t v) override { return number(false, 0, fmt::format("{}", v)); }
+  bool number_unsigned(number_unsigned_t v) override { return number(true, v, fmt::format("{}", v)); }
+  bool number_float(number_float_t, const string_t& text) override { return number(false, 0, text); }
+  bool binary(binary_t&) override { return scalar("binary", "binary"); }
+
+  bool string(string_t& v) override {
+    switch (at_) {
+      case At::metadata:
+        h_.metadata[key_] = std::move(v);
+        return true;
+      case At::tensor:
+        if (key_ == "dtype") {
+          try {
+            tensor_.dtype = safetensors_dtype_from_name(v, fmt::format("{}: tensor '{}'", name_, tensor_.name));
+          } catch (const Error& e) {
+            return stop(e.what());
+          }
+          have_dtype_ = true;
+          return true;
+        }
+        return scalar("string", quoted(v));
+      default:
+        return scalar("string", quoted(v));
+    }
+  }
+
+  bool key(string_t& k) override {
+    switch (at_) {
+      case At::root:
+        if (!top_keys_.insert(k).second) return stop(fmt::format("{}: safetensors header has the key '{}' more than once", name_, k));
+        key_ = std::move(k);
+        return true;
+      case At::metadata:
+        if (h_.metadata.count(k)) return stop(fmt::format("{}: safetensors header has the key '{}' more than once", name_, k));
+        key_ = std::move(k);
+        return true;
+      case At::tensor:
+        for (const std::string& seen : tensor_keys_)
+          if (seen == k) return stop(fmt::format("{}: safetensors header has the key '{}' more than once", name_, k));
+        tensor_keys_.push_back(k);
+        key_ = std::move(k);
+        return true;
+      default:  // inside a field lmcore does not read: only its nesting is followed
+        return true;
+    }
+  }
+
+  bool start_object(std::size_t) override {
+    if (!deeper()) return false;
+    switch (at_) {
+      case At::start:
+        at_ = At::root;
+        return true;
+      case At::root:
+        if (key_ == "__metadata__") {
+          at_ = At::metadata;
+        } else {
+          at_ = At::tensor;
+          tensor_ = SafetensorsTensorInfo{};
+          tensor_.name = key_;
+          tensor_keys_.clear();
+          have_dtype_ = have_shape_ = false;
+          offsets_.clear();
+          offsets_seen_ = false;
+        }
+        return true;
+      case At::tensor:
+        return field_container("an object");
+      case At::skip:
+        ++skip_depth_;
+        return true;
+      default:
+        return container_in_value("object");
+    }
+  }
+
+  bool end_object() override {
+    --depth_;
+    switch (at_) {
+      case At::root:
+        at_ = At::done;
+        return true;
+      case At::metadata:
+        at_ = At::root;
+        return true;
+      case At::tensor:
+        at_ = At::root;
+        return finish_tensor();
+      case At::skip:
+        return leave_skip();
+      default:
+        return true;
+    }
+  }
+
+  bool start_array(std::size_t) override {
+    if (!deeper()) return false;
+    switch (at_) {
+      case At::tensor:
+        if (key_ == "shape") {
+          at_ = At::shape;
+          have_shape_ = true;
+          return true;
+        }
+        if (key_ == "data_offsets") {
+          at_ = At::offsets;
+          offsets_seen_ = true;
+          return true;
+        }
+        return field_container("an array");
+      case At::skip:
+        ++skip_depth_;
+        return true;
+      default:
+        return container_in_value("array");
+    }
+  }
+
+  bool end_array() override {
+    --depth_;
+    switch (at_) {
+      case At::shape:
+        at_ = At::tensor;
+        return true;
+      case At::offsets:
+        at_ = At::tensor;
+        if (offsets_.size() != 2)
+          return stop(fmt::format("{}: tensor '{}': data_offsets must be [begin, end], found {} values", name_,
+                                  tensor_.name, offsets_.size()));
+        return true;
+      case At::skip:
+        return leave_skip();
+      default:
+        return true;
+    }
+  }
+
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    return stop(fmt::format("{}: safetensors header is not valid JSON: {}", name_, e.what()));
+  }
+
+ private:
+  enum class At { start, root, metadata, tensor, shape, offsets, skip, done };
+
+  bool stop(std::string message) {
+    if (error_.empty()) error_ = std::move(message);
+    return false;
+  }
+
+  static std::string quoted(const std::string& v) {
+    return v.size() <= 40 ? fmt::format("\"{}\"", v) : fmt::format("\"{}...\"", v.substr(0, 40));
+  }
+
+  bool deeper() {
+    if (++depth_ > kMaxJsonDepth)
+      return stop(fmt::format("{}: safetensors header nests arrays and objects more than {} deep (a valid header "
+                              "needs 3)",
+                              name_, kMaxJsonDepth));
+    return true;
+  }
+
+  // A field of a tensor object that lmcore does not read may hold anything; only its nesting is followed.
+  bool field_container(const char* what) {
+    if (key_ == "dtype") return stop(fmt::format("{}: tensor '{}': dtype must be a string, found {}", name_, tensor_.name, what));
+    if (key_ == "shape") return stop(fmt::format("{}: tensor '{}': shape must be an array, found {}", name_, tensor_.name, what));
+    if (key_ == "data_offsets")
+      return stop(fmt::format("{}: tensor '{}': data_offsets must be [begin, end], found {}", name_, tensor_.name, what));
+    at_ = At::skip;
+    skip_depth_ = 1;
+    return true;
+  }
+
+  bool leave_skip() {
+    if (--skip_depth_ == 0) at_ = At::tensor;
+    return true;
+  }
+
+  // An array or object where a scalar belongs.
+  bool container_in_value(const char* type) {
+    const std::string what = fmt::format("an {}", type);
+    switch (at_) {
+      case At::start: return stop(fmt::format("{}: safetensors header must be a JSON object", name_));
+      case At::root:
+        if (key_ == "__metadata__")
+          return stop(fmt::format("{}: __metadata__ must map strings to strings, found {}", name_, what));
+        return stop(fmt::format("{}: tensor '{}' must be an object, found {}", name_, key_, what));
+      case At::metadata:
+        return stop(fmt::format("{}: __metadata__['{}'] must be a string, found {}", name_, key_, what));
+      case At::shape:
+        return stop(fmt::format("{}: tensor '{}': shape must hold non-negative integers, found {}", name_, tensor_.name, what));
+      case At::offsets:
+        return stop(fmt::format("{}: tensor '{}': data_offsets must hold non-negative integers, found {}", name_,
+                                tensor_.name, what));
+      default:
+        return stop(fmt::format("{}: safetensors header: unexpected {}", name_, what));
+    }
+  }
+
+  // A scalar value of JSON type `type`, written `text`, in any position but a string where one belongs.
+  bool scalar(const char* type, const std::string& text) {
+    switch (at_) {
+      case At::start: return stop(fmt::format("{}: safetensors header must be a JSON object", name_));
+      case At::root:
+        if (key_ == "__metadata__") {
+          if (std::string_view(type) == "null") return true;  // "__metadata__": null is allowed
+          return stop(fmt::format("{}: __metadata__ must map strings to strings, found {}", name_, type));
+        }
+        return stop(fmt::format("{}: tensor '{}' must be an object, found {}", name_, key_, type));
+      case At::metadata:
+        return stop(fmt::format("{}: __metadata__['{}'] must be a string, found {} ({})", name_, key_, type, text));
+      case At::tensor:
+        if (key_ == "dtype") return stop(fmt::format("{}: tensor '{}': dtype must be a string, found {}", name_, tensor_.name, text));
+        if (key_ == "shape") return stop(fmt::format("{}: tensor '{}': shape must be an array, found {}", name_, tensor_.name, text));
+        if (key_ == "data_offsets")
+          return stop(fmt::format("{}: tensor '{}': data_offsets must be [begin, end], found {}", name_, tensor_.name, text));
+        return true;  // a field lmcore does not read
+      case At::shape:
+        return stop(fmt::format("{}: tensor '{}': shape must hold non-negative integers, found {}", name_, tensor_.name, text));
+      case At::offsets:
+        return stop(fmt::format("{}: tensor '{}': data_offsets must hold non-negative integers, found {}", name_,
+                                tensor_.name, text));
+      default:
+        return true;  // inside a skipped field
+    }
+  }
+
+  bool number(bool is_unsigned, std::uint64_t v, const std::string& text) {
+    if (!is_unsigned || (at_ != At::shape && at_ != At::offsets)) return scalar("number", text);
+    if (at_ == At::offsets) {
+      offsets_.push_back(v);
+      return true;
+    }
+    if (v > static_cast<std::uint64_t>(INT64_MAX))
+      return stop(fmt::format("{}: tensor '{}': dimension {} is too large", name_, tensor_.name, v));
+    tensor_.shape.push_back(static_cast<std::int64_t>(v));
+    return true;
+  }
+
+  bool finish_tensor() {
+    SafetensorsTensorInfo& info = tensor_;
+    if (!have_dtype_ || !have_shape_ || !offsets_seen_) {
+      std::string found;
+      for (const std::string& k : tensor_keys_) found += fmt::format("{}{}", found.empty() ? "" : ", ", k);
+      return stop(fmt::format("{}: tensor '{}' must have dtype, shape and data_offsets, found {}", name_, info.name,
+                              found.empty() ? std::string("no keys") : "keys " + found));
+    }
+    info.begin = offsets_[0];
+    info.end = offsets_[1];
+    if (info.end < info.begin)
+      return stop(fmt::format("{}: tensor '{}': data_offsets [{}, {}] end before they begin", name_, info.name,
+                              info.begin, info.end));
+    std::uint64_t numel = 1;
+    for (const std::int64_t d : info.shape) {
+      if (__builtin_mul_overflow(numel, static_cast<std::uint64_t>(d), &numel))
+        return stop(fmt::format("{}: tensor '{}' element count: shape {} overflows 64 bits", name_, info.name,
+                                shape_str(info.shape)));
+    }
+    std::uint64_t nbytes = 0;
+    if (__builtin_mul_overflow(numel, static_cast<std::uint64_t>(dtype_size(info.dtype)), &nbytes))
+      return stop(fmt::format("{}: tensor '{}' byte size: {} x {} overflows 64 bits", name_, info.name, numel,
+                              dtype_size(info.dtype)));
+    if (info.end - info.begin != nbytes)
+      return stop(fmt::format("{}: tensor '{}' spans {} bytes, expected {} ({}{})", name_, info.name,
+                              info.end - info.begin, nbytes, safetensors_dtype_name(info.dtype), shape_str(info.shape)));
+    h_.tensors.push_back(std::move(info));
+    return true;
+  }
+
+  const std::string& name_;
+  SafetensorsHeader& h_;
+  std::string error_;
+  At at_ = At::start;
+  int depth_ = 0;
+  int skip_depth_ = 0;
+  std::string key_;                          // the last key read at the current level
+  std::unordered_set<std::string> top_keys_;  // tensor names and __metadata__
+  SafetensorsTensorInfo tensor_;              // the tensor being read
+  std::vector<std::string> tensor_keys_;      // its keys so far
+  bool have_dtype_ = false, have_shape_ = false, offsets_seen_ = false;
+  std::vector<std::uint64_t> offsets_;
+};
 
 // The length prefix: checked against the limit and the file size, so that 8 + the result bytes exist.
 std::uint64_t header_length(std::span<const std::byte> prefix, std::uint64_t file_size, const std::string& name) {
@@ -108,52 +368,13 @@ SafetensorsHeader parse_header(std::span<const std::byte> head, std::uint64_t fi
     fail("{}: safetensors header must start with '{{', found {}", name,
          text.empty() ? std::string("an empty header") : detail::hex_dump(head.subspan(8), 8));
 
-  // 2. JSON, without duplicate keys.
-  const ojson j = parse_json_no_duplicates(text, name);
-  if (!j.is_object()) fail("{}: safetensors header must be a JSON object", name);
-
-  // 3. Entries.
-  for (const auto& [key, value] : j.items()) {
-    if (key == "__metadata__") {
-      if (value.is_null()) continue;
-      if (!value.is_object()) fail("{}: __metadata__ must map strings to strings, found {}", name, value.type_name());
-      for (const auto& [mk, mv] : value.items()) {
-        if (!mv.is_string())
-          fail("{}: __metadata__['{}'] must be a string, found {} ({})", name, mk, mv.type_name(), mv.dump());
-        h.metadata[mk] = mv.get<std::string>();
-      }
-      continue;
-    }
-    if (!value.is_object()) fail("{}: tensor '{}' must be an object, found {}", name, key, value.type_name());
-    SafetensorsTensorInfo info;
-    info.name = key;
-    const auto dt = value.find("dtype");
-    const auto shape = value.find("shape");
-    const auto offsets = value.find("data_offsets");
-    if (dt == value.end() || shape == value.end() || offsets == value.end())
-      fail("{}: tensor '{}' must have dtype, shape and data_offsets, found {}", name, key, value.dump());
-    if (!dt->is_string()) fail("{}: tensor '{}': dtype must be a string, found {}", name, key, dt->dump());
-    info.dtype = safetensors_dtype_from_name(dt->get_ref<const std::string&>(), fmt::format("{}: tensor '{}'", name, key));
-    if (!shape->is_array()) fail("{}: tensor '{}': shape must be an array, found {}", name, key, shape->dump());
-    std::uint64_t numel = 1;
-    for (const auto& d : *shape) {
-      const std::uint64_t n = json_u64(d, name, key, "shape");
-      if (n > static_cast<std::uint64_t>(INT64_MAX)) fail("{}: tensor '{}': dimension {} is too large", name, key, n);
-      info.shape.push_back(static_cast<std::int64_t>(n));
-      numel = detail::checked_mul(numel, n, fmt::format("{}: tensor '{}' element count", name, key).c_str());
-    }
-    if (!offsets->is_array() || offsets->size() != 2)
-      fail("{}: tensor '{}': data_offsets must be [begin, end], found {}", name, key, offsets->dump());
-    info.begin = json_u64((*offsets)[0], name, key, "data_offsets");
-    info.end = json_u64((*offsets)[1], name, key, "data_offsets");
-    if (info.end < info.begin)
-      fail("{}: tensor '{}': data_offsets [{}, {}] end before they begin", name, key, info.begin, info.end);
-    const std::uint64_t nbytes =
-        detail::checked_mul(numel, dtype_size(info.dtype), fmt::format("{}: tensor '{}' byte size", name, key).c_str());
-    if (info.end - info.begin != nbytes)
-      fail("{}: tensor '{}' spans {} bytes, expected {} ({}{})", name, key, info.end - info.begin, nbytes,
-           safetensors_dtype_name(info.dtype), shape_str(info.shape));
-    h.tensors.push_back(std::move(info));
+  // 2-3. JSON (duplicate keys refused, nesting bounded) and the entries, checked as they are read.
+  HeaderBuilder builder(name, h);
+  const bool ok = nlohmann::json::sax_parse(text.begin(), text.end(), &builder, nlohmann::detail::input_format_t::json,
+                                            /*strict=*/true, /*ignore_comments=*/false);
+  if (!ok || !builder.error().empty()) {
+    if (!builder.error().empty()) fail("{}", builder.error());
+    fail("{}: safetensors header is not valid JSON", name);
   }
 
   // 4. Spans: contiguous from 0, no holes or overlaps, ending at the end of the file.
@@ -230,28 +451,31 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
     LMCORE_CHECK(sorted[i]->first != sorted[i - 1]->first, "save_safetensors: {}: tensor name '{}' appears twice",
                  path, sorted[i]->first);
 
-  ojson header = ojson::object();
-  if (!metadata.empty()) {
-    ojson m = ojson::object();
-    for (const auto& [k, v] : metadata) m[k] = v;
-    header["__metadata__"] = std::move(m);
-  }
-  std::uint64_t offset = 0;
-  for (const auto* t : sorted) {
-    const Tensor& x = t->second;
-    ojson e = ojson::object();
-    e["dtype"] = safetensors_dtype_name(x.dtype());
-    e["shape"] = x.shape();
-    e["data_offsets"] = {offset, offset + x.nbytes()};
-    offset += x.nbytes();
-    header[t->first] = std::move(e);
-  }
-  std::string text;
+  // The header text is assembled entry by entry (an ordered_json object would search its keys on every
+  // insertion: quadratic in the number of tensors). The result is what ordered_json's compact dump gives.
+  std::string text = "{";
   try {
-    text = header.dump();
+    if (!metadata.empty()) {
+      text += "\"__metadata__\":{";
+      for (const auto& [k, v] : metadata) {
+        if (text.back() != '{') text += ',';
+        text += ojson(k).dump() + ":" + ojson(v).dump();
+      }
+      text += '}';
+    }
+    std::uint64_t offset = 0;
+    for (const auto* t : sorted) {
+      const Tensor& x = t->second;
+      if (text.size() > 1) text += ',';
+      text += ojson(t->first).dump();
+      text += fmt::format(":{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
+                          safetensors_dtype_name(x.dtype()), fmt::join(x.shape(), ","), offset, offset + x.nbytes());
+      offset += x.nbytes();
+    }
   } catch (const ojson::exception& e) {  // e.g. a tensor name that is not valid UTF-8
     fail("save_safetensors: {}: cannot encode the header: {}", path, e.what());
   }
+  text += '}';
   text.append((8 - text.size() % 8) % 8, ' ');  // data starts 8-byte aligned
 
   detail::AtomicFile out(path, {.what = "save"});

@@ -37,6 +37,9 @@ put("fuzz_safetensors_header", "overlap", st({"a": {"dtype": "U8", "shape": [2],
                                               "b": {"dtype": "U8", "shape": [2], "data_offsets": [1, 3]}}, bytes(3)))
 put("fuzz_safetensors_header", "alltypes", st({d: {"dtype": d, "shape": [1], "data_offsets": [0, 0]} for d in []}))
 put("fuzz_safetensors_header", "dup", b'\x1a\x00\x00\x00\x00\x00\x00\x00{"a":"x","a":"y"}         ')
+# Issue 13, defect 1: 100,000 nested arrays (200 KB) overflowed the stack; scripts/fuzz's -max_len covers it.
+_deep = b'{"__metadata__":{"k":' + b"[" * 100000 + b"]" * 100000 + b"}}"
+put("fuzz_safetensors_header", "deep_nesting", struct.pack("<Q", len(_deep)) + _deep)
 
 # torch archives (zip reader) and their pickles (unpickler)
 def torch_bytes(obj, **kw):
