@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "lmcore/base/file.h"
 #include "src/dist/flight_recorder_impl.h"
 
 namespace lmcore::dist::detail {
@@ -46,12 +47,7 @@ void DistLog::write_line(const std::string& line) {
   std::lock_guard<std::mutex> lock(mu_);
   // One write(2) per line: O_APPEND keeps lines from several ranks whole.
   const std::string out = line + "\n";
-  std::size_t done = 0;
-  while (done < out.size()) {
-    const ssize_t n = ::write(fd_, out.data() + done, out.size() - done);
-    if (n <= 0) return;  // logging never fails a collective
-    done += static_cast<std::size_t>(n);
-  }
+  (void)base::write_all(fd_, out);  // logging never fails a collective
 }
 
 void DistLog::write(const LogRecord& r) {

@@ -8,7 +8,9 @@
 
 #include <cstdlib>
 
+#include "lmcore/base/url.h"
 #include "lmcore/core/error.h"
+#include "src/dist/store_impl.h"
 
 namespace lmcore::dist::detail {
 
@@ -108,11 +110,8 @@ GroupConfig GroupConfig::resolve(const GroupOptions& o) {
   c.host = o.host.empty() ? env_str("LMCORE_DIST_HOST") : o.host;
   if (c.host.empty()) {
     if (c.store_url.rfind("redis://", 0) == 0) {
-      const std::string rest = c.store_url.substr(8);
-      const auto colon = rest.rfind(':');
-      const std::string h = rest.substr(0, colon);
-      const int port = colon == std::string::npos ? 6379 : std::atoi(rest.substr(colon + 1).c_str());
-      c.host = local_address_towards(h, port);
+      const base::Url u = base::parse_url(c.store_url, "ProcessGroup: store");
+      c.host = local_address_towards(u.host, u.port.value_or(kRedisDefaultPort));
     }
     if (c.host.empty()) c.host = "127.0.0.1";
   }

@@ -21,6 +21,7 @@
 #include <optional>
 #include <string_view>
 
+#include "lmcore/base/file.h"
 #include "lmcore/core/error.h"
 
 extern char** environ;
@@ -59,14 +60,8 @@ class SignalScope {
   struct sigaction old_int_ {}, old_term_ {}, old_pipe_ {};
 };
 
-void write_all(int fd, std::string_view s) {
-  while (!s.empty()) {
-    const ssize_t n = ::write(fd, s.data(), s.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // the reader is gone: the ranks' output has nowhere to go
-    s.remove_prefix(static_cast<std::size_t>(n));
-  }
-}
+// The reader being gone is not an error: the ranks' output has nowhere to go, and they run on.
+void write_all(int fd, std::string_view s) { (void)base::write_all(fd, s); }
 
 // `name` as execvp would find it: a path when it holds a '/', else the first executable regular file
 // of that name on PATH; `name` itself when there is none (exec then fails with ENOENT).

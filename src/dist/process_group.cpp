@@ -16,6 +16,7 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include "lmcore/base/atomic_file.h"
 #include "src/dist/collectives.h"
 #include "src/dist/group_impl.h"
 
@@ -251,23 +252,9 @@ std::string GroupImpl::trace_dump(const std::string& reason, const std::string& 
   }
   const std::filesystem::path p(target);
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
-  // Atomic: write a temporary file, rename. No fsync: the dump must survive this process, not the
-  // machine, and an fsync behind a busy disk could hold the error past the call's bound.
-  static std::atomic<int> counter{0};
-  const std::string tmp = fmt::format("{}.tmp.{}.{}", target, ::getpid(), counter.fetch_add(1));
-  {
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    LMCORE_CHECK(f != nullptr, "dump_trace: cannot write '{}': {}", tmp, std::strerror(errno));
-    const std::string text = trace_dump_to_json(d);
-    bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-    ok = std::fclose(f) == 0 && ok;
-    if (!ok) {
-      std::remove(tmp.c_str());
-      fail("dump_trace: writing '{}' failed", tmp);
-    }
-  }
-  LMCORE_CHECK(std::rename(tmp.c_str(), target.c_str()) == 0, "dump_trace: cannot rename '{}' to '{}': {}", tmp,
-               target, std::strerror(errno));
+  // Atomic, but not durable: the dump must survive this process, not the machine, and an fsync behind
+  // a busy disk could hold the error past the call's bound.
+  base::write_file_atomically(target, trace_dump_to_json(d), {.what = "dump_trace", .durable = false});
   return target;
 }
 

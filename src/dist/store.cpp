@@ -3,6 +3,7 @@
 
 #include <thread>
 
+#include "lmcore/base/url.h"
 #include "src/dist/store_impl.h"
 
 namespace lmcore::dist {
@@ -60,29 +61,19 @@ std::shared_ptr<Store> prefix_store(std::shared_ptr<Store> base, const std::stri
 }
 
 std::shared_ptr<Store> open_store(const std::string& url, std::chrono::milliseconds op_timeout) {
-  constexpr std::string_view kFile = "file://", kRedis = "redis://";
-  if (url.rfind(kFile, 0) == 0) {
-    const std::string path = url.substr(kFile.size());
-    LMCORE_CHECK(!path.empty() && path[0] == '/', "open_store: '{}': expected file:///absolute/path", url);
-    return detail::make_file_store(path);
+  const base::Url u = base::parse_url(url, "open_store");
+  if (u.scheme == "file") {
+    LMCORE_CHECK(u.host.empty() && !u.path.empty() && !u.port,
+                 "open_store: '{}': expected file:///absolute/path (three slashes, no host)", url);
+    return detail::make_file_store(u.path);
   }
-  if (url.rfind(kRedis, 0) == 0) {
-    std::string rest = url.substr(kRedis.size());
-    while (!rest.empty() && rest.back() == '/') rest.pop_back();
-    const auto colon = rest.rfind(':');
-    std::string host = colon == std::string::npos ? rest : rest.substr(0, colon);
-    int port = 6379;
-    if (colon != std::string::npos) {
-      try {
-        port = std::stoi(rest.substr(colon + 1));
-      } catch (const std::exception&) {
-        fail("open_store: '{}': port '{}' is not a number", url, rest.substr(colon + 1));
-      }
-    }
-    LMCORE_CHECK(!host.empty() && port > 0 && port < 65536, "open_store: '{}': expected redis://host:port", url);
-    return detail::make_redis_store(host, port, op_timeout);
+  if (u.scheme == "redis") {
+    LMCORE_CHECK(!u.host.empty(), "open_store: '{}': expected redis://host:port", url);
+    LMCORE_CHECK(u.path.empty() || u.path == "/", "open_store: '{}': a redis store takes no path, found '{}'", url,
+                 u.path);
+    return detail::make_redis_store(u.host, u.port.value_or(detail::kRedisDefaultPort), op_timeout);
   }
-  fail("open_store: '{}': unknown store, expected file:///path or redis://host:port", url);
+  fail("open_store: '{}': unknown store '{}', expected file:///path or redis://host:port", url, u.scheme);
 }
 
 }  // namespace lmcore::dist

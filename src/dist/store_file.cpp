@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "lmcore/base/file.h"
 #include "src/dist/store_impl.h"
 
 namespace lmcore::dist::detail {
@@ -71,16 +72,8 @@ class FileStore final : public Store {
       throw StoreError(fmt::format("file store {}: cannot open key '{}': {}", dir_, key, std::strerror(errno)));
     }
     std::string out;
-    char buf[4096];
-    while (true) {
-      const ssize_t n = ::read(fd.get(), buf, sizeof(buf));
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        throw StoreError(fmt::format("file store {}: cannot read key '{}': {}", dir_, key, std::strerror(errno)));
-      }
-      if (n == 0) break;
-      out.append(buf, static_cast<std::size_t>(n));
-    }
+    if (const int e = base::read_all(fd.get(), out); e != 0)
+      throw StoreError(fmt::format("file store {}: cannot read key '{}': {}", dir_, key, std::strerror(e)));
     return out;
   }
 
@@ -133,16 +126,9 @@ class FileStore final : public Store {
     if (fd.get() < 0) {
       throw StoreError(fmt::format("file store {}: cannot write key '{}': {}", dir_, key, std::strerror(errno)));
     }
-    std::size_t done = 0;
-    while (done < value.size()) {
-      const ssize_t n = ::write(fd.get(), value.data() + done, value.size() - done);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        const int e = errno;
-        ::unlink(tmp.c_str());
-        throw StoreError(fmt::format("file store {}: write of key '{}' failed: {}", dir_, key, std::strerror(e)));
-      }
-      done += static_cast<std::size_t>(n);
+    if (const int e = base::write_all(fd.get(), value); e != 0) {
+      ::unlink(tmp.c_str());
+      throw StoreError(fmt::format("file store {}: write of key '{}' failed: {}", dir_, key, std::strerror(e)));
     }
     // No fsync: readers are other processes, which see the page cache (or, on NFS, the data that
     // close() flushed before the rename), and rendezvous keys need not outlive the machine. An fsync

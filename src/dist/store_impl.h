@@ -9,6 +9,9 @@
 
 namespace lmcore::dist::detail {
 
+// The port of a redis:// store URL that names none.
+constexpr int kRedisDefaultPort = 6379;
+
 std::shared_ptr<Store> make_file_store(const std::string& dir);
 std::shared_ptr<Store> make_redis_store(const std::string& host, int port, std::chrono::milliseconds op_timeout);
 

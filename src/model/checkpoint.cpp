@@ -1,44 +1,15 @@
 #include "lmcore/model/checkpoint.h"
 
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <set>
 
+#include "lmcore/base/atomic_file.h"
 #include "lmcore/core/error.h"
 #include "lmcore/io/checkpoint.h"
 #include "lmcore/io/safetensors.h"
 #include "lmcore/model/config.h"
 
 namespace lmcore::model {
-
-namespace {
-void write_text_atomically(const std::string& path, const std::string& text) {
-  // save through the io part's atomic writer: a one-tensor safetensors would be wrong here, so the
-  // text goes to a temporary file that is renamed over the target.
-  const std::string tmp = path + ".tmp";
-  {
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    LMCORE_CHECK(f != nullptr, "cannot write '{}': {}", tmp, std::strerror(errno));
-    const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
-                    ::fsync(::fileno(f)) == 0;
-    const int err = errno;
-    std::fclose(f);
-    if (!ok) {
-      std::remove(tmp.c_str());
-      fail("cannot write '{}': {}", path, std::strerror(err));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    fail("cannot rename '{}' to '{}': {}", tmp, path, std::strerror(err));
-  }
-}
-}  // namespace
 
 void save_model_folder(const std::string& dir, const ModelConfig& config, const ParameterLayout& layout,
                        const Tensor& flat_params, const std::map<std::string, std::string>& metadata) {
@@ -47,7 +18,7 @@ void save_model_folder(const std::string& dir, const ModelConfig& config, const 
   std::map<std::string, std::string> meta = metadata;
   meta["format"] = "pt";  // what transformers writes and checks for
   io::save_safetensors(dir + "/model.safetensors", tensors, meta);
-  write_text_atomically(dir + "/config.json", config.to_json());
+  base::write_file_atomically(dir + "/config.json", config.to_json(), {.what = "save_model_folder"});
 }
 
 void load_params(const std::string& path, const ParameterLayout& layout, Tensor& flat) {

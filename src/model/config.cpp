@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "lmcore/base/file.h"
 #include "lmcore/core/error.h"
 
 namespace lmcore::model {
@@ -169,14 +170,8 @@ ModelConfig ModelConfig::from_json(std::string_view text, const std::string& sou
 }
 
 ModelConfig ModelConfig::from_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  LMCORE_CHECK(in.good(), "model config '{}': cannot open the file", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
-  LMCORE_CHECK(text.size() <= (std::size_t{1} << 20), "model config '{}': {} bytes is too large for a config (limit 1 MiB)",
-               path, text.size());
-  return from_json(text, path);
+  // Regular files only (a FIFO would block), at most 1 MiB: a config is a few hundred bytes.
+  return from_json(base::read_file(path, "model config", std::size_t{1} << 20), path);
 }
 
 std::string ModelConfig::to_json() const {

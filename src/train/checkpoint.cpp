@@ -1,8 +1,5 @@
 #include "lmcore/train/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +8,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "lmcore/base/atomic_file.h"
+#include "lmcore/base/file.h"
 #include "lmcore/core/error.h"
 #include "lmcore/core/fault_injection.h"
 #include "lmcore/io/checkpoint.h"
@@ -25,11 +24,10 @@ using json = nlohmann::json;
 
 namespace {
 
+// A checkpoint that is not on disk when the step is reported saved is lost data: fsync failures are errors.
 void fsync_path(const fs::path& p, bool directory) {
-  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
-  if (fd < 0) return;
-  (void)::fsync(fd);
-  ::close(fd);
+  if (const int err = base::fsync_path(p.string(), directory); err != 0)
+    fail("checkpoint: fsync of '{}' failed: {}", p.string(), errno_text(err));
 }
 
 std::string step_name(std::int64_t step) { return fmt::format("step_{:08}", step); }
@@ -354,10 +352,8 @@ std::string save_sharded_checkpoint(const std::string& parent, fsdp::ShardedLlam
         j["units"].push_back({{"offset", u.offset}, {"numel", u.numel}, {"padded", u.padded}, {"shard", u.shard}});
       j["metadata"] = state_metadata(state, opt);
       const std::string text = j.dump(2) + "\n";
-      std::ofstream(tmp / "manifest.json") << text;
-      std::ofstream(tmp / "config.json") << m.config().to_json();
-      fsync_path(tmp / "manifest.json", false);
-      fsync_path(tmp / "config.json", false);
+      base::write_file_atomically((tmp / "manifest.json").string(), text, {.what = "checkpoint"});
+      base::write_file_atomically((tmp / "config.json").string(), m.config().to_json(), {.what = "checkpoint"});
       copy_tokenizer(tokenizer_file, tmp);
       install_folder(tmp, final_dir);
     } catch (const std::exception& e) {

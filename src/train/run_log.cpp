@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "lmcore/base/atomic_file.h"
 #include "lmcore/core/error.h"
 
 namespace lmcore::train {
@@ -217,15 +218,9 @@ void RunLog::write_report(const std::string& html_path, const std::string& title
   h += svg_line_chart("Loss", "step", "loss (nats/token)", losses, marks);
   h += svg_line_chart("Throughput", "step", "tokens/s", {tps}, marks);
   h += "</body></html>\n";
-  const std::string tmp = html_path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << h;
-    out.flush();
-    LMCORE_CHECK(out.good(), "report '{}': cannot write", tmp);
-  }
-  LMCORE_CHECK(std::rename(tmp.c_str(), html_path.c_str()) == 0, "report '{}': cannot rename from {}: {}", html_path, tmp,
-               std::strerror(errno));
+  // Rewritten as the run goes; atomic so a browser never shows half a page, not fsynced (it is redrawn
+  // from metrics.jsonl at any time).
+  base::write_file_atomically(html_path, h, {.what = "report", .durable = false});
 }
 
 }  // namespace lmcore::train

@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "lmcore/core/error.h"
+#include "lmcore/base/error.h"
 
 namespace lmcore::upgrade {
 

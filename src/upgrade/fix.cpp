@@ -1,16 +1,12 @@
 // --fix and --diff of upgrade-check: byte edits, unified diffs, atomic replacement of files.
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <map>
 
 #include <fmt/format.h>
 
+#include "lmcore/base/atomic_file.h"
 #include "lmcore/base/error.h"
+#include "lmcore/base/file.h"
 #include "lmcore/upgrade/scan.h"
 
 namespace lmcore::upgrade {
@@ -101,70 +97,6 @@ std::string unified_diff(const std::string& path, std::string_view before, std::
   return out;
 }
 
-namespace {
-
-// Writes `data` next to `path`, fsyncs it, and renames it over `path` (keeping the mode), then
-// fsyncs the folder so the rename itself is durable.
-void write_atomic(const fs::path& path, std::string_view data) {
-  struct stat st;
-  LMCORE_CHECK(::stat(path.c_str(), &st) == 0, "{}: cannot stat: {}", path.string(), std::strerror(errno));
-  std::string tmpl = (path.parent_path() / fmt::format(".{}.upgrade-XXXXXX", path.filename().string())).string();
-  const int fd = ::mkstemp(tmpl.data());
-  LMCORE_CHECK(fd >= 0, "{}: cannot create a temporary file beside it: {}", path.string(), std::strerror(errno));
-  auto cleanup = [&](const std::string& what) {
-    const std::string err = std::strerror(errno);
-    ::close(fd);
-    ::unlink(tmpl.c_str());
-    fail("{}: {}: {}", path.string(), what, err);
-  };
-  std::size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) cleanup("cannot write the temporary file");
-    done += static_cast<std::size_t>(n);
-  }
-  if (::fchmod(fd, st.st_mode & 07777) != 0) cleanup("cannot set the mode of the temporary file");
-  if (::fsync(fd) != 0) cleanup("cannot fsync the temporary file");
-  if (::close(fd) != 0) {
-    ::unlink(tmpl.c_str());
-    fail("{}: cannot close the temporary file: {}", path.string(), std::strerror(errno));
-  }
-  if (::rename(tmpl.c_str(), path.c_str()) != 0) {
-    const std::string err = std::strerror(errno);
-    ::unlink(tmpl.c_str());
-    fail("{}: cannot replace the file: {}", path.string(), err);
-  }
-  const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-}
-
-std::string read_all(const fs::path& p) {
-  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-  LMCORE_CHECK(fd >= 0, "{}: cannot read: {}", p.string(), std::strerror(errno));
-  std::string out;
-  char buf[65536];
-  while (true) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const std::string err = std::strerror(errno);
-      ::close(fd);
-      fail("{}: cannot read: {}", p.string(), err);
-    }
-    if (n == 0) break;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  return out;
-}
-
-}  // namespace
-
 FixReport apply_fixes(const ScanResult& result, bool write) {
   std::map<std::string, std::vector<Edit>> by_file;
   for (const auto& f : result.findings)
@@ -174,7 +106,7 @@ FixReport apply_fixes(const ScanResult& result, bool write) {
     auto it = by_file.find(file.display);
     if (it == by_file.end()) continue;
     try {
-      const std::string before = read_all(file.path);
+      const std::string before = base::read_file(file.path.string(), "upgrade-check --fix");
       if (content_hash(before) != file.content_hash) {
         report.errors.push_back(fmt::format("{}: changed since it was checked; not fixed", file.display));
         continue;
@@ -182,7 +114,8 @@ FixReport apply_fixes(const ScanResult& result, bool write) {
       const std::string after = apply_edits(before, it->second);
       if (after == before) continue;
       report.diff += unified_diff(file.display, before, after);
-      if (write) write_atomic(file.path, after);
+      // Atomic and durable, keeping the file's mode; a symbolic link is refused, not replaced by a copy.
+      if (write) base::write_file_atomically(file.path.string(), after, {.what = "upgrade-check --fix", .keep_mode = true});
       ++report.files_changed;
       report.edits += it->second.size();
     } catch (const Error& e) {

@@ -107,6 +107,15 @@ TEST(Store, BadUrlsAreRejectedWithTheUrl) {
   }
   EXPECT_THROW(open_store("file://relative"), Error);
   EXPECT_THROW(open_store("redis://host:notaport"), Error);
+  // One parser (base::parse_url) for every store URL: std::stoi used to read "6379x" as 6379.
+  try {
+    open_store("redis://host:6379x");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "open_store: 'redis://host:6379x': port '6379x' is not a number from 1 to 65535");
+  }
+  EXPECT_THROW(open_store("redis://host:6379/db"), Error);
+  EXPECT_THROW(open_store("file://host/dir"), Error);
   // Nothing listens on port 1: a bounded failure, not a hang.
   EXPECT_THROW(open_store("redis://127.0.0.1:1", std::chrono::milliseconds(300)), StoreError);
 }

@@ -1,7 +1,11 @@
 // load() across formats: detection from bytes, the PyTorch zip writer/reader pair (sharing, views,
 // ZIP64, big-endian), atomic writes, and hostile PyTorch archives. Files made by torch 1.13 itself are
 // tested from Python (tests/python/test_io_*.py).
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <zlib.h>
+
+#include <csignal>
 
 #include "lmcore/io/checkpoint.h"
 #include "lmcore/io/safetensors.h"
@@ -300,6 +304,37 @@ TEST(AtomicWrite, AbandonedWriteLeavesTheOldFile) {
   EXPECT_EQ(files, 1u);  // the temporary file is gone
   save_safetensors(path, {{"a", Tensor::zeros({1}, DType::u8)}});
   EXPECT_EQ(load(path).tensors.size(), 1u);
+}
+
+// Issue 13, defect 3: load() of a FIFO blocked forever in open(). Anything but a regular file is
+// refused before reading, without blocking (checked in a child, so a regression shows as a timeout).
+TEST(LoadSpecialFiles, FifoIsRefusedWithoutBlocking) {
+  testing::TempDir dir;
+  const std::string fifo = dir.file("weights.safetensors");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const bool mmap : {true, false}) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      LoadOptions o;
+      o.mmap = mmap;
+      const std::string msg = testing::error_of([&] { (void)load(fifo, o); });
+      ::_exit(msg == "load: '" + fifo + "' is a FIFO, not a regular file" ? 0 : 2);
+    }
+    int status = 0;
+    bool done = false;
+    for (int i = 0; i < 1000 && !done; ++i) {
+      done = ::waitpid(pid, &status, WNOHANG) == pid;
+      if (!done) ::usleep(10000);
+    }
+    if (!done) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+    }
+    EXPECT_TRUE(done) << "load() blocked on a FIFO (mmap " << mmap << ")";
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  }
+  EXPECT_EQ(testing::error_of([&] { (void)load(dir.path()); }), "load: '" + dir.path() + "' is a directory, not a regular file");
+  EXPECT_EQ(testing::error_of([&] { (void)load("/dev/zero"); }), "load: '/dev/zero' is a character device, not a regular file");
 }
 
 }  // namespace
