@@ -43,9 +43,14 @@ void bind_core(py::module_& m) {
       .def("view_as_dtype", [](const Tensor& t, const std::string& dtype) { return t.view_as_dtype(dtype_from_name(dtype)); })
       .def("copy_", [](Tensor& t, const py::object& src) { return t.copy_(to_tensor(src, "src")); })
       .def("fill_", &Tensor::fill_)
+      .def_property_readonly("read_only", &Tensor::is_read_only,
+                             "True for a view of read-only memory (e.g. from_numpy of a writeable=False array): "
+                             "in-place operations on it raise lmcore.Error.")
       .def("__repr__", &Tensor::describe);
 
-  m.def("from_numpy", &numpy_to_tensor, py::arg("array"), "Zero-copy tensor viewing a NumPy array.");
+  m.def("from_numpy", &numpy_to_tensor, py::arg("array"),
+        "Zero-copy tensor viewing a NumPy array. A read-only array (writeable=False: np.frombuffer of bytes, a "
+        "mode='r' memmap) gives a read-only tensor; a big-endian array is refused (convert it with astype).");
   m.def("from_dlpack", &tensor_from_dlpack, py::arg("obj"), "Zero-copy tensor from a DLPack capsule or tensor.");
   m.def("to_dlpack", &tensor_to_dlpack, py::arg("tensor"));
   m.def("as_tensor", [](const py::object& o) { return to_tensor(o, "obj"); }, py::arg("obj"),

@@ -28,11 +28,18 @@ py::dtype numpy_dtype(DType d) {
     case DType::u32: return py::dtype::of<std::uint32_t>();
     case DType::u64: return py::dtype::of<std::uint64_t>();
   }
-  throw Error("numpy_dtype: unknown dtype");
+  fail("numpy: tensor dtype code {} is not an lmcore dtype (0 to {}); the tensor is damaged",
+       static_cast<int>(d), kNumDTypes - 1);
 }
 
 DType dtype_from_numpy(const py::dtype& dt) {
   const char kind = dt.kind();
+  // lmcore tensors hold little-endian (native) elements; a view of big-endian ones would read as
+  // garbage. NumPy writes '>' for big-endian, '<' or '=' for little/native, '|' where order is moot.
+  if (dt.byteorder() == '>' && dt.itemsize() > 1)
+    fail("from_numpy: the array is big-endian (dtype '{}'); lmcore tensors are little-endian views, so convert "
+         "it first: array.astype(array.dtype.newbyteorder('<'))",
+         std::string(py::str(static_cast<const py::object&>(dt))));
   const auto size = dt.itemsize();
   if (kind == 'f' && size == 4) return DType::f32;
   if (kind == 'f' && size == 8) return DType::f64;
@@ -59,7 +66,9 @@ py::array tensor_to_numpy(const Tensor& t) {
   // The capsule owns a copy of the Tensor handle, so the storage lives as long as the array.
   auto* keep = new Tensor(t);
   py::capsule owner(keep, [](void* p) { delete static_cast<Tensor*>(p); });
-  return py::array(numpy_dtype(t.dtype()), shape, strides, t.data_ptr(), owner);
+  py::array out(numpy_dtype(t.dtype()), shape, strides, t.data_ptr(), owner);
+  if (t.is_read_only()) out.attr("setflags")(py::arg("write") = false);  // stays read-only in NumPy too
+  return out;
 }
 
 Tensor numpy_to_tensor(const py::array& array) {
@@ -87,7 +96,10 @@ Tensor numpy_to_tensor(const py::array& array) {
   }
   auto* base = static_cast<std::byte*>(const_cast<void*>(array.data())) + lo * itemsize;
   const std::size_t span = hi >= lo ? static_cast<std::size_t>(hi - lo + 1) * itemsize : 0;
-  auto storage = Storage::borrow(base, span, std::move(owner));
+  // A read-only array (writeable=False: a `bytes` object, a read-only memory map, a broadcast view)
+  // gives a read-only tensor: in-place operations on it are errors instead of writes into memory that
+  // must not change (or cannot: a read-only mapping would segfault).
+  auto storage = Storage::borrow(base, span, std::move(owner), /*read_only=*/!array.writeable());
   return Tensor::from_storage(std::move(storage), dt, shape, strides, -lo);
 }
 

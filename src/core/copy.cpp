@@ -28,8 +28,27 @@ Shape broadcast_strides(const Tensor& src, const Shape& shape) {
 
 }  // namespace
 
+namespace detail {
+
+void check_scalar_fits(double value, DType dtype, const char* op) {
+  visit_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      const double lo = static_cast<double>(std::numeric_limits<T>::min());
+      const double hi = static_cast<double>(std::numeric_limits<T>::max());
+      // For 64-bit types hi rounds up to 2^64 or 2^63, which no integer of the type reaches.
+      const bool fits = sizeof(T) == 8 ? value >= lo && value < hi : value >= lo && value <= hi;
+      LMCORE_CHECK(fits, "{}: value {} cannot be converted to {} without overflow ({} holds {} to {})", op, value,
+                   dtype_name(dtype), dtype_name(dtype), std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
+    }
+  });
+}
+
+}  // namespace detail
+
 void copy_cast(const Tensor& src, Tensor& dst) {
   check_copy_args(src, dst, "copy_cast");
+  dst.check_writable("copy_cast");
   const Shape src_strides = broadcast_strides(src, dst.shape());
   const std::array<std::size_t, 2> itemsizes{dst.itemsize(), src.itemsize()};
   auto* dst_base = static_cast<std::byte*>(dst.data_ptr());

@@ -229,21 +229,25 @@ Tensor gather(const Tensor& input, std::int64_t dim, const Tensor& index) {
 }
 
 Tensor& scatter_(Tensor& self, std::int64_t dim, const Tensor& index, const Tensor& src) {
+  self.check_writable("scatter_");
   scatter_impl("scatter", 0, self, dim, index, src, 0.0, ScatterReduce::sum, true);
   return self;
 }
 Tensor& scatter_(Tensor& self, std::int64_t dim, const Tensor& index, double value) {
+  self.check_writable("scatter_");
   scatter_impl("scatter", 0, self, dim, index, Tensor(), value, ScatterReduce::sum, true);
   return self;
 }
 Tensor& scatter_add_(Tensor& self, std::int64_t dim, const Tensor& index, const Tensor& src) {
   detail::check_defined(src, "scatter_add", "src");
+  self.check_writable("scatter_add_");
   scatter_impl("scatter_add", 1, self, dim, index, src, 0.0, ScatterReduce::sum, true);
   return self;
 }
 Tensor& scatter_reduce_(Tensor& self, std::int64_t dim, const Tensor& index, const Tensor& src, ScatterReduce reduce,
                         bool include_self) {
   detail::check_defined(src, "scatter_reduce", "src");
+  self.check_writable("scatter_reduce_");
   scatter_impl("scatter_reduce", 2, self, dim, index, src, 0.0, reduce, include_self);
   return self;
 }

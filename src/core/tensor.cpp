@@ -18,8 +18,10 @@ std::shared_ptr<Storage> Storage::allocate(std::size_t nbytes) {
   return std::shared_ptr<Storage>(new Storage(data, nbytes, true, nullptr));
 }
 
-std::shared_ptr<Storage> Storage::borrow(void* data, std::size_t nbytes, std::shared_ptr<const void> owner) {
-  return std::shared_ptr<Storage>(new Storage(static_cast<std::byte*>(data), nbytes, false, std::move(owner)));
+std::shared_ptr<Storage> Storage::borrow(void* data, std::size_t nbytes, std::shared_ptr<const void> owner,
+                                         bool read_only) {
+  return std::shared_ptr<Storage>(
+      new Storage(static_cast<std::byte*>(data), nbytes, false, std::move(owner), read_only));
 }
 
 Storage::~Storage() {
@@ -93,6 +95,7 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype) {
 }
 
 Tensor Tensor::full(const Shape& shape, double value, DType dtype) {
+  detail::check_scalar_fits(value, dtype, "full");
   Tensor t = empty(shape, dtype);
   t.fill_(value);
   return t;
@@ -443,12 +446,22 @@ Tensor Tensor::to(DType dtype) const {
   return out;
 }
 
+void Tensor::check_writable(const char* op) const {
+  LMCORE_CHECK(!is_read_only(),
+               "{}: the tensor {} is read-only (it views memory that must not be written, such as a NumPy array "
+               "with writeable=False, a bytes object or a read-only memory map); write into a copy (.clone())",
+               op, describe());
+}
+
 Tensor& Tensor::copy_(const Tensor& src) {
+  check_writable("copy_");
   copy_cast(src, *this);
   return *this;
 }
 
 Tensor& Tensor::fill_(double value) {
+  check_writable("fill_");
+  detail::check_scalar_fits(value, dtype_, "fill_");
   Tensor scalar = empty({}, DType::f64);
   *scalar.data<double>() = value;
   copy_cast(scalar, *this);

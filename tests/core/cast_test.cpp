@@ -100,5 +100,77 @@ TEST(Cast, RejectsShapesThatDoNotBroadcast) {
   EXPECT_THROW(b.copy_(a), Error);
 }
 
+// Issue 13, defect 8: float -> integer casts of NaN, Inf and out-of-range values gave 0. The expected
+// values are what torch 1.13 gives on x86-64 (measured: x.to(dtype) for these inputs), which lmcore
+// defines as its rule (lmcore/core/copy.h).
+TEST(Cast, FloatToIntegerSpecialsAreTorchs) {
+  const float nan = std::nanf(""), inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> x = {nan, inf, -inf, 3e9f, -3e9f, 300.7f, -300.7f, 2.5f, -2.5f, 1e20f, 255.9f, 256.0f, -1.0f, -129.0f};
+  const Tensor src = Tensor::from_vector(x, {static_cast<std::int64_t>(x.size())});
+  const auto got = [&](DType d) { return src.to(d).to(DType::i64).to_vector<std::int64_t>(); };
+  EXPECT_EQ(got(DType::i8), (std::vector<std::int64_t>{0, 0, 0, 0, 0, 44, -44, 2, -2, 0, -1, 0, -1, 127}));
+  EXPECT_EQ(got(DType::u8), (std::vector<std::int64_t>{0, 0, 0, 0, 0, 44, 212, 2, 254, 0, 255, 0, 255, 127}));
+  EXPECT_EQ(got(DType::i16), (std::vector<std::int64_t>{0, 0, 0, 0, 0, 300, -300, 2, -2, 0, 255, 256, -1, -129}));
+  const std::int64_t m32 = std::numeric_limits<std::int32_t>::min(), m64 = std::numeric_limits<std::int64_t>::min();
+  EXPECT_EQ(got(DType::i32), (std::vector<std::int64_t>{m32, m32, m32, m32, m32, 300, -300, 2, -2, m32, 255, 256, -1, -129}));
+  EXPECT_EQ(src.to(DType::i64).to_vector<std::int64_t>(),
+            (std::vector<std::int64_t>{m64, m64, m64, 3000000000, -3000000000, 300, -300, 2, -2, m64, 255, 256, -1, -129}));
+  // The same through f64, bf16 and f16 sources, and through the strided (non-dense) loop.
+  for (DType s : {DType::f64, DType::bf16, DType::f16}) {
+    const Tensor xs = src.to(s);
+    for (DType d : {DType::i8, DType::u8, DType::i16, DType::i32, DType::i64}) {
+      Tensor want = Tensor::empty(xs.shape(), d), strided = Tensor::empty({xs.numel(), 2}, d);
+      copy_cast_reference(xs, want);
+      Tensor view = strided.select(1, 0);
+      copy_cast(xs, view);
+      EXPECT_EQ(xs.to(d).to(DType::i64).to_vector<std::int64_t>(), want.to(DType::i64).to_vector<std::int64_t>());
+      EXPECT_EQ(view.to(DType::i64).to_vector<std::int64_t>(), want.to(DType::i64).to_vector<std::int64_t>());
+    }
+  }
+  EXPECT_EQ(Tensor::from_vector(std::vector<double>{2147483647.0, -2147483648.0, 2147483648.0}, {3}).to(DType::i32).to_vector<std::int32_t>(),
+            (std::vector<std::int32_t>{2147483647, static_cast<std::int32_t>(m32), static_cast<std::int32_t>(m32)}));
+}
+
+TEST(Cast, FullAndFillRefuseValuesAnIntegerDTypeCannotHold) {
+  const auto message = [](auto fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message([] { (void)Tensor::full({2}, std::nan(""), DType::i32); }),
+            "full: value nan cannot be converted to i32 without overflow (i32 holds -2147483648 to 2147483647)");
+  EXPECT_EQ(message([] { (void)Tensor::full({2}, 128.0, DType::i8); }),
+            "full: value 128 cannot be converted to i8 without overflow (i8 holds -128 to 127)");
+  EXPECT_EQ(message([] { Tensor t = Tensor::zeros({2}, DType::u8); t.fill_(-1.0); }),
+            "fill_: value -1 cannot be converted to u8 without overflow (u8 holds 0 to 255)");
+  EXPECT_NE(message([] { (void)Tensor::full({1}, 9.3e18, DType::i64); }), "no error");
+  EXPECT_NE(message([] { (void)Tensor::full({1}, std::numeric_limits<double>::infinity(), DType::u64); }), "no error");
+  EXPECT_EQ(Tensor::full({2}, 2.7, DType::i32).to_vector<std::int32_t>(), (std::vector<std::int32_t>{2, 2}));
+  EXPECT_EQ(Tensor::full({1}, -128.0, DType::i8).to_vector<std::int8_t>()[0], -128);
+  EXPECT_TRUE(std::isnan(Tensor::full({1}, std::nan(""), DType::f32).to_vector<float>()[0]));  // floats take anything
+  EXPECT_TRUE(Tensor::full({1}, std::nan(""), DType::boolean).to_vector<bool>()[0]);
+}
+
+// Issue 13, defect 6: a view of read-only memory refuses every in-place operation.
+TEST(Tensor, ReadOnlyStorageRefusesInPlaceOperations) {
+  static const float data[4] = {1, 2, 3, 4};
+  const auto storage = Storage::borrow(const_cast<float*>(data), sizeof data, nullptr, /*read_only=*/true);
+  Tensor t = Tensor::from_storage(storage, DType::f32, {4}, {}, 0);
+  EXPECT_TRUE(t.is_read_only());
+  EXPECT_TRUE(t.narrow(0, 1, 2).is_read_only());  // views share it
+  EXPECT_THROW(t.fill_(0.0), Error);
+  EXPECT_THROW(t.copy_(Tensor::zeros({4}, DType::f32)), Error);
+  Tensor v = t.narrow(0, 0, 2);
+  EXPECT_THROW(copy_cast(Tensor::zeros({2}, DType::f32), v), Error);
+  EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{1, 2, 3, 4}));
+  Tensor c = t.clone();
+  EXPECT_FALSE(c.is_read_only());
+  c.fill_(5.0);
+  EXPECT_EQ(c.to_vector<float>()[3], 5.0f);
+}
+
 }  // namespace
 }  // namespace lmcore

@@ -29,8 +29,11 @@ class Storage {
  public:
   // Owned, uninitialised, 64-byte aligned, counted by the allocation tracker.
   static std::shared_ptr<Storage> allocate(std::size_t nbytes);
-  // Borrowed: `data` stays valid while `owner` lives (e.g. a shared_ptr to a memory map).
-  static std::shared_ptr<Storage> borrow(void* data, std::size_t nbytes, std::shared_ptr<const void> owner);
+  // Borrowed: `data` stays valid while `owner` lives (e.g. a shared_ptr to a memory map). A read-only
+  // storage (a NumPy array with writeable=False, a `bytes` object, a read-only mapping) refuses every
+  // in-place operation (Tensor::check_writable).
+  static std::shared_ptr<Storage> borrow(void* data, std::size_t nbytes, std::shared_ptr<const void> owner,
+                                         bool read_only = false);
 
   ~Storage();
   Storage(const Storage&) = delete;
@@ -39,13 +42,15 @@ class Storage {
   std::byte* data() const { return data_; }
   std::size_t nbytes() const { return nbytes_; }
   bool owned() const { return owned_; }
+  bool read_only() const { return read_only_; }
 
  private:
-  Storage(std::byte* data, std::size_t nbytes, bool owned, std::shared_ptr<const void> owner)
-      : data_(data), nbytes_(nbytes), owned_(owned), owner_(std::move(owner)) {}
+  Storage(std::byte* data, std::size_t nbytes, bool owned, std::shared_ptr<const void> owner, bool read_only = false)
+      : data_(data), nbytes_(nbytes), owned_(owned), read_only_(read_only), owner_(std::move(owner)) {}
   std::byte* data_;
   std::size_t nbytes_;
   bool owned_;
+  bool read_only_;
   std::shared_ptr<const void> owner_;
 };
 
@@ -86,6 +91,11 @@ class Tensor {
   bool is_contiguous() const;
   // True when the elements are a dense block in some order (e.g. a transpose of a contiguous tensor).
   bool is_non_overlapping_and_dense() const;
+  // True when the storage is read-only (see Storage::borrow); views share the flag, copies do not.
+  bool is_read_only() const { return storage_ != nullptr && storage_->read_only(); }
+  // Throws Error "<op>: the tensor is read-only ..." for a read-only tensor; every in-place operation
+  // calls it before writing.
+  void check_writable(const char* op) const;
 
   // Pointer to element (0, ..., 0).
   void* data_ptr() const;
