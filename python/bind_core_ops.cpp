@@ -17,11 +17,23 @@ namespace lmcore::python {
 
 namespace {
 
-// torch-style `dim`: None (every dim), an int, or a sequence of ints.
-Shape dims_arg(const py::object& dim) {
+// torch-style `dim`: None (every dim), an int, or a sequence of ints. Anything else is an Error naming
+// what was given (pybind's own cast failure says only "Unable to cast Python instance").
+Shape dims_arg(const py::object& dim, const char* op) {
   if (dim.is_none()) return {};
+  const auto bad = [&](const py::handle& h) {
+    fail("{}: argument 'dim' must be None, an int or a sequence of ints, found {} ({})", op,
+         py::str(py::type::handle_of(h).attr("__name__")).cast<std::string>(), py::repr(h).cast<std::string>());
+  };
+  // bool is an int subclass in Python; torch refuses it as a dim too.
+  if (py::isinstance<py::bool_>(dim)) bad(dim);
   if (py::isinstance<py::int_>(dim)) return {dim.cast<std::int64_t>()};
-  Shape out = dim.cast<Shape>();
+  if (!py::isinstance<py::sequence>(dim) || py::isinstance<py::str>(dim)) bad(dim);
+  Shape out;
+  for (const py::handle& d : dim.cast<py::sequence>()) {
+    if (!py::isinstance<py::int_>(d) || py::isinstance<py::bool_>(d)) bad(d);
+    out.push_back(d.cast<std::int64_t>());
+  }
   return out;
 }
 
@@ -45,7 +57,7 @@ using ReduceFn = Tensor (*)(const Tensor&, const Shape&, bool);
 
 void def_reduce(py::module_& m, const char* name, ReduceFn fn, const char* doc) {
   m.def(
-      name, [fn](const py::object& x, const py::object& dim, bool keepdim) { return fn(to_tensor(x, "input"), dims_arg(dim), keepdim); },
+      name, [fn, name](const py::object& x, const py::object& dim, bool keepdim) { return fn(to_tensor(x, "input"), dims_arg(dim, name), keepdim); },
       py::arg("input"), py::arg("dim") = py::none(), py::arg("keepdim") = false, doc);
 }
 

@@ -1,10 +1,12 @@
 // Python bindings of checkpoint I/O: lmcore.load, lmcore.save_safetensors, lmcore.save_torch,
-// lmcore.detect_format.
+// lmcore.detect_format, lmcore.convert.
 #include <pybind11/stl.h>
 
-#include <fstream>
+#include <optional>
 
+#include "lmcore/base/file.h"
 #include "lmcore/io/checkpoint.h"
+#include "lmcore/io/convert.h"
 #include "lmcore/io/safetensors.h"
 #include "lmcore/io/torch_format.h"
 #include "python/tensor_convert.h"
@@ -31,9 +33,13 @@ py::object node_to_python(const io::Node& n) {
   return py::none();
 }
 
-io::NamedTensors named_tensors(const py::dict& tensors) {
+std::string type_name(const py::handle& h) { return py::str(py::type::handle_of(h).attr("__name__")).cast<std::string>(); }
+
+io::NamedTensors named_tensors(const py::dict& tensors, const char* fn) {
   io::NamedTensors out;
   for (const auto& [k, v] : tensors) {
+    if (!py::isinstance<py::str>(k))
+      fail("{}: tensor names must be str, found {} ({})", fn, type_name(k), py::repr(k).cast<std::string>());
     const std::string name = py::cast<std::string>(k);
     const auto obj = py::reinterpret_borrow<py::object>(v);
     // torch 1.13 cannot export bool tensors through DLPack: take those through NumPy instead.
@@ -84,36 +90,69 @@ void bind_io(py::module_& m) {
       "dict name -> lmcore.Tensor (dotted names for nested dicts; keep_structure=True returns the nesting). "
       "Tensors of mapped files are zero-copy, copy-on-write views. with_info=True returns (tensors, "
       "{'format', 'metadata', 'offsets'}). verify_crc=True also checks the CRC-32 of stored PyTorch zip entries "
-      "(reads every byte).");
+      "(reads every byte). A mapped file must not be truncated or rewritten in place by another program while "
+      "its tensors are in use: the next read of a vanished page kills the process with SIGBUS (lmcore prints "
+      "which file it was). Load with mmap=False to read the file into memory instead.");
   m.def(
       "detect_format",
       [](const std::string& path) {
-        std::ifstream in(path, std::ios::binary);
-        LMCORE_CHECK(in.good(), "detect_format: cannot open '{}'", path);
-        std::string bytes((std::istreambuf_iterator<char>(in)), {});
+        const std::string bytes = base::read_file(path, "detect_format");  // regular files only: a FIFO would block
         return std::string(io::format_name(
             io::detect_format({reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()})));
       },
       py::arg("path"), "The checkpoint format of a file, from its bytes.");
   m.def(
       "save_safetensors",
-      [](const std::string& path, const py::dict& tensors, const std::map<std::string, std::string>& metadata) {
-        const io::NamedTensors t = named_tensors(tensors);
+      [](const std::string& path, const py::dict& tensors, const py::dict& metadata) {
+        const io::NamedTensors t = named_tensors(tensors, "save_safetensors");
+        std::map<std::string, std::string> meta;
+        for (const auto& [k, v] : metadata) {
+          if (!py::isinstance<py::str>(k) || !py::isinstance<py::str>(v))
+            fail("save_safetensors: metadata must map str to str, found {} -> {} ({}: {})", type_name(k), type_name(v),
+                 py::repr(k).cast<std::string>(), py::repr(v).cast<std::string>());
+          meta[py::cast<std::string>(k)] = py::cast<std::string>(v);
+        }
         py::gil_scoped_release release;
-        io::save_safetensors(path, t, metadata);
+        io::save_safetensors(path, t, meta);
       },
-      py::arg("path"), py::arg("tensors"), py::arg("metadata") = std::map<std::string, std::string>{},
+      py::arg("path"), py::arg("tensors"), py::arg("metadata") = py::dict(),
       "Writes a dict name -> tensor (lmcore, NumPy or torch) as safetensors, names sorted, atomically.");
   m.def(
       "save_torch",
       [](const std::string& path, const py::dict& tensors) {
-        const io::NamedTensors t = named_tensors(tensors);
+        const io::NamedTensors t = named_tensors(tensors, "save_torch");
         py::gil_scoped_release release;
         io::save_torch(path, t);
       },
       py::arg("path"), py::arg("tensors"),
       "Writes a dict name -> tensor in torch.save's zip format (torch.load(weights_only=True) reads it), "
       "atomically; tensors sharing memory share a storage.");
+  m.def(
+      "convert",
+      [](const std::string& src, const std::string& dst, const std::optional<std::string>& to) {
+        io::ConvertOptions o;
+        if (to) {
+          LMCORE_CHECK(*to == "safetensors" || *to == "torch", "convert: to must be 'safetensors' or 'torch', found '{}'",
+                       *to);
+          o.to = *to == "safetensors" ? io::Format::safetensors : io::Format::torch_zip;
+        }
+        io::ConvertResult r;
+        {
+          py::gil_scoped_release release;
+          r = io::convert(src, dst, o);
+        }
+        py::dict d;
+        d["from"] = std::string(io::format_name(r.from));
+        d["to"] = std::string(io::format_name(r.to));
+        d["tensors"] = r.tensors;
+        d["bytes"] = r.bytes;
+        return d;
+      },
+      py::arg("src"), py::arg("dst"), py::arg("to") = py::none(),
+      "Converts a checkpoint (any format load() reads) to safetensors or PyTorch zip ('torch'; default: from dst's "
+      "extension), writes dst atomically, reads it back and checks every tensor's name, dtype, shape and bytes. "
+      "dst must be missing or a regular file (a FIFO, device, directory or symlink is refused). Returns "
+      "{'from', 'to', 'tensors', 'bytes'}. `lmcore convert` is the same function.");
 }
 
 }  // namespace lmcore::python

@@ -2,6 +2,8 @@
 // indices per row, and transpose them for the backward pass. See lmcore/attention/block_mask.h.
 #include "lmcore/attention/block_mask.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -129,6 +131,26 @@ void check_sizes(const char* op, std::int64_t batch, std::int64_t heads, std::in
   LMCORE_CHECK(nk < INT32_MAX && nq < INT32_MAX, "{}: too many blocks ({} x {})", op, nq, nk);
 }
 
+// The block lists cost about kRowBytes per (b, h, query block) row and as much per key block row
+// (two vectors while building, offsets after). A mask whose lists cannot fit in this machine's memory
+// is refused with the sizes, instead of surfacing as a bare std::bad_alloc (B = H = 2^20 asks for
+// tens of TiB).
+constexpr std::uint64_t kRowBytes = 2 * sizeof(std::vector<BlockRun>) + 4 * sizeof(std::int64_t);
+
+void check_fits(const char* op, std::int64_t batch, std::int64_t heads, std::int64_t nq, std::int64_t nk) {
+  std::uint64_t groups = 0, rows = 0, bytes = 0;
+  const bool overflow = __builtin_mul_overflow(static_cast<std::uint64_t>(batch), static_cast<std::uint64_t>(heads), &groups) ||
+                        __builtin_mul_overflow(groups, static_cast<std::uint64_t>(std::max<std::int64_t>(1, nq + nk)), &rows) ||
+                        __builtin_mul_overflow(rows, kRowBytes, &bytes);
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  const std::uint64_t memory = pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
+  if (overflow || (memory > 0 && bytes > memory))
+    fail("{}: batch {} x heads {} x ({} query + {} key blocks) needs {} for its block lists, more than this machine's "
+         "{:.1f} GiB; use a smaller batch or heads, or a mask_mod that ignores b and h (built once and broadcast)",
+         op, batch, heads, nq, nk, overflow ? std::string("more than 2^64 bytes") : fmt::format("about {:.1f} GiB", static_cast<double>(bytes) / (1 << 30)),
+         static_cast<double>(memory) / (1 << 30));
+}
+
 BlockMask skeleton(const MaskMod& mask, std::int64_t batch, std::int64_t heads, std::int64_t q_len,
                    std::int64_t kv_len, std::int64_t q_block, std::int64_t kv_block) {
   BlockMask bm;
@@ -141,6 +163,7 @@ BlockMask skeleton(const MaskMod& mask, std::int64_t batch, std::int64_t heads, 
   bm.num_q_blocks = (q_len + q_block - 1) / q_block;
   bm.num_kv_blocks = (kv_len + kv_block - 1) / kv_block;
   bm.mask = mask;
+  check_fits("create_block_mask", batch, heads, bm.num_q_blocks, bm.num_kv_blocks);
   return bm;
 }
 

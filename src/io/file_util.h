@@ -47,6 +47,7 @@ class FileBytes {
   std::byte* data_ = nullptr;
   std::size_t size_ = 0;
   bool mapped_ = false;
+  int sigbus_slot_ = -1;  // entry in the table the SIGBUS report reads (file_util.cpp), or -1
   std::unique_ptr<std::byte[]> owned_;
 };
 

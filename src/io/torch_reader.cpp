@@ -225,8 +225,14 @@ LoadResult load_torch_legacy(const std::shared_ptr<FileBytes>& file, const std::
     const auto it = storages.find(key);
     if (it == storages.end()) fail("{}: legacy storage '{}' is listed but never used", name, key);
     if (bytes.size() - pos < 8) fail("{}: legacy storage '{}': file truncated at byte {}", name, key, pos);
-    std::uint64_t numel = read_le<std::uint64_t>(bytes.data() + pos);
-    if (!little) numel = __builtin_bswap64(numel);
+    // torch writes the element count as a signed 64-bit integer: a negative one is damage, reported as such.
+    std::uint64_t raw = read_le<std::uint64_t>(bytes.data() + pos);
+    if (!little) raw = __builtin_bswap64(raw);
+    const auto count = static_cast<std::int64_t>(raw);
+    if (count < 0)
+      fail("{}: legacy storage '{}' at byte {} has the element count {}, expected a count >= 0 (the file is damaged)",
+           name, key, pos, count);
+    const auto numel = static_cast<std::uint64_t>(count);
     pos += 8;
     if (numel != it->second.numel)
       fail("{}: legacy storage '{}' holds {} elements, the pickle says {}", name, key, numel, it->second.numel);

@@ -13,6 +13,14 @@
 // Mapped tensors are copy-on-write (MAP_PRIVATE): writing to a loaded tensor never changes the file.
 // The mapping lives as long as any tensor that views it.
 //
+// A mapped file must not be truncated or rewritten in place while its tensors are in use: the kernel
+// then has no page to give, and the next read of one kills the process with SIGBUS, which no library
+// can turn into an exception. lmcore prints which file it was and what to do before the process ends.
+// Writers that replace the file (rename a new one over it, as lmcore's and torch's atomic savers do)
+// are safe: the mapping keeps the old content. When another program may rewrite a file in place, load
+// it with LoadOptions::mmap = false (Python: lmcore.load(path, mmap=False)), which reads it into memory.
+// Only regular files are read; a FIFO, device or directory is refused without blocking.
+//
 //   lmcore::io::LoadResult r = lmcore::io::load("model.safetensors");
 //   for (const auto& e : r.tensors) fmt::print("{} {}\n", e.name, e.tensor.describe());
 //   Tensor wte = r.tensors.at("wte");
