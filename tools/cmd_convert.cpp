@@ -1,6 +1,6 @@
 // lmcore convert IN OUT [--to safetensors|torch] — converts any checkpoint lmcore reads into
 // safetensors or PyTorch's zip format (chosen by OUT's extension or --to), then reads OUT back and
-// checks every tensor (name, dtype, shape, bytes) against IN.
+// checks every tensor (name, dtype, shape, bytes) against IN (io::convert, lmcore/io/convert.h).
 // lmcore convert --consolidate DIR OUT — merges a training checkpoint (sharded at any world size, or
 // not) into one Hugging Face-style folder OUT (model.safetensors + config.json).
 #include <CLI/CLI.hpp>
@@ -10,33 +10,30 @@
 #include <filesystem>
 
 #include "lmcore/io/checkpoint.h"
+#include "lmcore/io/convert.h"
 #include "lmcore/io/safetensors.h"
 #include "lmcore/io/torch_format.h"
 #include "lmcore/train/checkpoint.h"
+#include "tools/cli_parse.h"
 #include "tools/command.h"
 
 namespace lmcore::cli {
-
-namespace {
-
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  const Tensor ca = a.contiguous(), cb = b.contiguous();
-  return ca.nbytes() == cb.nbytes() && (ca.nbytes() == 0 || std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0);
-}
-
-}  // namespace
 
 int run_convert(int argc, char** argv) {
   CLI::App app{"Convert a checkpoint to safetensors or PyTorch (.pt), then verify the result.", "lmcore convert"};
   std::string in, out, to;
   bool consolidate = false;
   app.add_option("in", in, "input checkpoint (any format lmcore reads); with --consolidate a training checkpoint folder or run folder")->required();
-  app.add_option("out", out, "output file; with --consolidate the output folder")->required();
+  app.add_option("out", out,
+                 "output file; with --consolidate the output folder. OUT must be missing or a regular file: a FIFO, "
+                 "device, directory or symbolic link at OUT is refused (a link is not written through: pass its "
+                 "target). OUT is replaced atomically; an interrupted convert leaves it as it was")
+      ->required();
   app.add_option("--to", to, "output format (default: from OUT's extension)")
       ->check(CLI::IsMember({"safetensors", "torch"}));
   app.add_flag("--consolidate", consolidate,
                "merge a (sharded) training checkpoint into OUT/model.safetensors + OUT/config.json (default: off)");
-  CLI11_PARSE(app, argc, argv);
+  LMCORE_PARSE_ARGS(app, argc, argv);
 
   if (consolidate) {
     if (!to.empty() && to != "safetensors") {
@@ -60,41 +57,16 @@ int run_convert(int argc, char** argv) {
     return 0;
   }
 
-  if (to.empty()) {
-    const std::string ext = std::filesystem::path(out).extension().string();
-    if (ext == ".safetensors") to = "safetensors";
-    else if (ext == ".pt" || ext == ".pth" || ext == ".bin" || ext == ".ckpt") to = "torch";
-    else {
-      fmt::print(stderr, "lmcore convert: cannot tell the output format from '{}'; use --to safetensors|torch\n", out);
-      return 2;
-    }
+  io::ConvertOptions o;
+  o.to = to.empty() ? io::output_format_for(out) : to == "safetensors" ? io::Format::safetensors : io::Format::torch_zip;
+  if (o.to == io::Format::unknown) {
+    fmt::print(stderr, "lmcore convert: cannot tell the output format from '{}'; use --to safetensors|torch\n", out);
+    return kUsageError;
   }
   try {
-    // convert reads every byte anyway, so the CRC-32s of the input's zip entries are checked too.
-    io::LoadOptions verify;
-    verify.verify_crc = true;
-    const io::LoadResult src = io::load(in, verify);
-    if (to == "safetensors") io::save_safetensors(out, src.tensors, src.metadata);
-    else io::save_torch(out, src.tensors);
-
-    // Verify: read the result back and compare every tensor.
-    const io::LoadResult back = io::load(out, verify);
-    const io::Format expected = to == "safetensors" ? io::Format::safetensors : io::Format::torch_zip;
-    LMCORE_CHECK(back.format == expected, "convert: {} reads back as {}, expected {}", out, io::format_name(back.format),
-                 io::format_name(expected));
-    LMCORE_CHECK(back.tensors.size() == src.tensors.size(), "convert: {} holds {} tensors, expected {}", out,
-                 back.tensors.size(), src.tensors.size());
-    std::uint64_t bytes = 0;
-    for (const auto& e : src.tensors) {
-      const io::Entry* b = back.tensors.find(e.name);
-      LMCORE_CHECK(b != nullptr, "convert: tensor '{}' is missing from {}", e.name, out);
-      LMCORE_CHECK(b->tensor.dtype() == e.tensor.dtype() && b->tensor.shape() == e.tensor.shape(),
-                   "convert: tensor '{}' reads back as {}, expected {}", e.name, b->tensor.describe(), e.tensor.describe());
-      LMCORE_CHECK(same_bytes(b->tensor, e.tensor), "convert: tensor '{}' differs after the round trip", e.name);
-      bytes += e.tensor.nbytes();
-    }
-    fmt::print("{} ({}) -> {} ({}): {} tensors, {} bytes, verified\n", in, io::format_name(src.format), out,
-               io::format_name(back.format), src.tensors.size(), bytes);
+    const io::ConvertResult r = io::convert(in, out, o);
+    fmt::print("{} ({}) -> {} ({}): {} tensors, {} bytes, verified\n", in, io::format_name(r.from), out,
+               io::format_name(r.to), r.tensors, r.bytes);
   } catch (const Error& e) {
     fmt::print(stderr, "lmcore convert: {}\n", e.what());
     return 1;

@@ -12,6 +12,7 @@
 #include "lmcore/model/generate.h"
 #include "lmcore/text/tokenizer.h"
 #include "lmcore/train/checkpoint.h"
+#include "tools/cli_parse.h"
 #include "tools/command.h"
 
 namespace lmcore::cli {
@@ -43,11 +44,7 @@ int run_generate(int argc, char** argv) {
   app.add_option("--temperature", o.temperature, "softmax temperature (0: greedy)")->capture_default_str();
   app.add_option("--top-k", o.top_k, "sample among the k most likely tokens (0: all)")->capture_default_str();
   app.add_option("--seed", o.seed, "seed of the sampling")->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  LMCORE_PARSE_ARGS(app, argc, argv);
   try {
     const std::string dir = train::resolve_checkpoint(checkpoint);
     const model::LoadedModel m = model::load_model_folder(dir);

@@ -6,13 +6,14 @@
 #include "lmcore/core/parallel.h"
 #include "lmcore/core/runtime_info.h"
 #include "lmcore/version.h"
+#include "tools/cli_parse.h"
 #include "tools/command.h"
 
 namespace lmcore::cli {
 
 int run_info(int argc, char** argv) {
   CLI::App app{"Version, compiler, SIMD target, BLAS and oneDNN libraries, GEMM path per dtype, thread counts, parts built", "lmcore info"};
-  CLI11_PARSE(app, argc, argv);
+  LMCORE_PARSE_ARGS(app, argc, argv);
   fmt::print("lmcore          {}\n", LMCORE_VERSION_STRING);
   fmt::print("compiler        {} ({} build)\n", LMCORE_COMPILER_STRING, LMCORE_BUILD_TYPE_STRING);
   fmt::print("simd target     {} (supported here: {})\n", simd_target_name(), simd_supported_targets());

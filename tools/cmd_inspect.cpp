@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lmcore/io/checkpoint.h"
+#include "tools/cli_parse.h"
 #include "tools/command.h"
 
 namespace lmcore::cli {
@@ -16,7 +17,7 @@ int run_inspect(int argc, char** argv) {
   bool json = false;
   app.add_option("file", path, "checkpoint file")->required();
   app.add_flag("--json", json, "print JSON");
-  CLI11_PARSE(app, argc, argv);
+  LMCORE_PARSE_ARGS(app, argc, argv);
 
   io::LoadResult r;
   try {

@@ -7,6 +7,7 @@
 
 #include "lmcore/core/error.h"
 #include "lmcore/dist/launch.h"
+#include "tools/cli_parse.h"
 #include "tools/command.h"
 
 namespace lmcore::cli {
@@ -37,11 +38,7 @@ int run_launch(int argc, char** argv) {
                  "the other ranks run on meanwhile")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000000));
-  try {
-    app.parse(split, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;  // usage errors exit 2, as every lmcore command
-  }
+  LMCORE_PARSE_ARGS(app, split, argv);
   if (split + 1 >= argc) {
     fmt::print(stderr, "lmcore launch: no command; usage: lmcore launch --nproc N [options] -- CMD ARGS\n");
     return 2;

@@ -5,6 +5,7 @@
 #include "lmcore/core/error.h"
 #include "lmcore/core/parallel.h"
 #include "lmcore/text/tokenize_files.h"
+#include "tools/cli_parse.h"
 #include "tools/command.h"
 
 namespace lmcore::cli {
@@ -29,11 +30,7 @@ int run_tokenize(int argc, char** argv) {
   app.add_option("--threads", threads, "threads (0: LMCORE_NUM_THREADS or all cores)")->capture_default_str();
   app.add_flag("--quiet", quiet, "no progress lines");
   app.add_option("files", files, "text files, one document each")->required();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  LMCORE_PARSE_ARGS(app, argc, argv);
   try {
     if (threads > 0) set_num_threads(threads);
     o.progress = quiet ? nullptr : stderr;

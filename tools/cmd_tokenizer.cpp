@@ -14,6 +14,7 @@
 #include "lmcore/core/parallel.h"
 #include "lmcore/text/tokenizer.h"
 #include "lmcore/text/train.h"
+#include "tools/cli_parse.h"
 #include "tools/command.h"
 
 namespace lmcore::cli {
@@ -69,11 +70,7 @@ int run_tokenizer(int argc, char** argv) {
       "decode", "read ids (separated by white space) from standard input and write their bytes, adding nothing");
   decode->add_option("--tokenizer", tokenizer, "tokenizer.json")->required();
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  LMCORE_PARSE_ARGS(app, argc, argv);
   try {
     if (train->parsed()) {
       if (threads > 0) set_num_threads(threads);

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lmcore/dist/flight_recorder.h"
+#include "tools/cli_parse.h"
 #include "tools/command.h"
 
 namespace lmcore::cli {
@@ -16,7 +17,7 @@ int run_trace(int argc, char** argv) {
   bool json = false;
   app.add_option("dumps", files, "one JSON dump per rank")->required()->check(CLI::ExistingFile);
   app.add_flag("--json", json, "print the analysis as JSON");
-  CLI11_PARSE(app, argc, argv);
+  LMCORE_PARSE_ARGS(app, argc, argv);
   std::vector<dist::TraceDump> dumps;
   for (const auto& f : files) dumps.push_back(dist::load_trace_dump(f));
   const dist::TraceAnalysis a = dist::analyze_traces(dumps);

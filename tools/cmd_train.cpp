@@ -5,6 +5,7 @@
 
 #include "lmcore/core/dtype.h"
 #include "lmcore/train/trainer.h"
+#include "tools/cli_parse.h"
 #include "tools/command.h"
 
 namespace lmcore::cli {
@@ -84,11 +85,7 @@ int run_train(int argc, char** argv) {
                  "with --elastic: steps between in-memory checkpoints (each rank also keeps its neighbour's shard; "
                  "0: none, recovery reads --checkpoint-every's from disk)")
       ->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  LMCORE_PARSE_ARGS(app, argc, argv);
   try {
     o.dtype = dtype_from_name(param_dtype.empty() ? dtype : param_dtype);
     o.codegen = codegen == "on";

@@ -12,6 +12,7 @@
 #include "lmcore/upgrade/cuda_check.h"
 #include "lmcore/upgrade/report.h"
 #include "lmcore/upgrade/scan.h"
+#include "tools/cli_parse.h"
 #include "tools/command.h"
 
 namespace lmcore::cli {
@@ -65,14 +66,7 @@ int run_upgrade_check(int argc, char** argv) {
       ->allow_extra_args(false);
   app.add_flag("--statistics", stats, "print the number of findings per code (to stderr) after the findings");
   app.add_flag("-q,--quiet", quiet, "no summary line on stderr");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return 2;
-  }
+  LMCORE_PARSE_ARGS(app, argc, argv);
   if (rules) {
     fmt::print("{}", upgrade::format_rules());
     return 0;
@@ -94,10 +88,9 @@ int run_upgrade_check(int argc, char** argv) {
   opt.ignore = split_commas(ignore);
   opt.threads = threads;
   opt.prefilter = !no_prefilter;
-  if (min_conf == "low") opt.min_confidence = upgrade::Confidence::low;
-  else if (min_conf == "medium") opt.min_confidence = upgrade::Confidence::medium;
-  else if (min_conf == "high") opt.min_confidence = upgrade::Confidence::high;
-  else {
+  if (const auto c = upgrade::confidence_from_name(min_conf)) {
+    opt.min_confidence = *c;
+  } else {
     fmt::print(stderr, "lmcore upgrade-check: --min-confidence '{}' is not one of low, medium, high\n", min_conf);
     return 2;
   }
@@ -118,13 +111,8 @@ int run_upgrade_check(int argc, char** argv) {
       cuda_summary += fmt::format("{}cuda {} {} ({}, {})", cuda_summary.empty() ? "" : "; ", c.component, c.version,
                                   c.source, c.path);
     if (found.empty()) cuda_summary = "cuda: no toolkit or runtime found";
-    for (auto& f : upgrade::cuda_component_findings(found)) {
-      if (f.confidence < opt.min_confidence) continue;
-      bool keep = opt.select.empty();
-      for (const auto& s : opt.select) keep |= f.code.rfind(s, 0) == 0;
-      for (const auto& s : opt.ignore) keep &= f.code.rfind(s, 0) != 0;
-      if (keep) result.findings.push_back(std::move(f));
-    }
+    for (auto& f : upgrade::cuda_component_findings(found))
+      if (upgrade::finding_selected(f, opt)) result.findings.push_back(std::move(f));
     std::sort(result.findings.begin(), result.findings.end(), upgrade::finding_less);
   }
 

@@ -27,6 +27,63 @@ double time_median(const std::function<void()>& fn, int repeats, double max_seco
 
 namespace {
 
+bool is_positional(const BenchArg& a) { return a.form.empty() || a.form[0] != '-'; }
+
+// "--ranks=N[,N...]" -> "--ranks="; "--verbose" -> "--verbose".
+std::string arg_key(const BenchArg& a) {
+  const auto eq = a.form.find('=');
+  return eq == std::string::npos ? a.form : a.form.substr(0, eq + 1);
+}
+
+}  // namespace
+
+std::string check_suite_args(const BenchSuite& suite, const std::vector<std::string>& args) {
+  // A positional form in lower case is a keyword, taken as written ("rmsnorm"); one in upper case is a
+  // placeholder for any one word ("TREE").
+  const auto is_keyword = [](const BenchArg& a) {
+    return is_positional(a) && std::none_of(a.form.begin(), a.form.end(), [](char c) { return c >= 'A' && c <= 'Z'; });
+  };
+  std::size_t positionals = 0;
+  const std::size_t positional_slots = static_cast<std::size_t>(std::count_if(
+      suite.args.begin(), suite.args.end(), [&](const BenchArg& a) { return is_positional(a) && !is_keyword(a); }));
+  for (const std::string& given : args) {
+    bool ok = false;
+    if (!given.empty() && given[0] == '-') {
+      for (const BenchArg& a : suite.args) {
+        if (is_positional(a)) continue;
+        const std::string key = arg_key(a);
+        ok = key.back() == '=' ? given.rfind(key, 0) == 0 && given.size() > key.size() : given == key;
+        if (ok) break;
+      }
+    } else {
+      ok = std::any_of(suite.args.begin(), suite.args.end(), [&](const BenchArg& a) { return is_keyword(a) && a.form == given; }) ||
+           ++positionals <= positional_slots;
+    }
+    if (!ok) {
+      std::string takes;
+      for (const BenchArg& a : suite.args)
+        if (!a.help.empty()) takes += " " + a.form;
+      return fmt::format("bench {}: unknown argument '{}'; {} takes{}", suite.name, given, suite.name,
+                         takes.empty() ? std::string(" no arguments") : ":" + takes);
+    }
+  }
+  return "";
+}
+
+std::string suite_help(const BenchSuite& suite) {
+  std::string out = fmt::format("lmcore bench [--quick] [--json] {} [ARGS...]\n  {}\n", suite.name, suite.description);
+  std::size_t width = 0;
+  for (const BenchArg& a : suite.args) width = std::max(width, a.form.size());
+  if (std::none_of(suite.args.begin(), suite.args.end(), [](const BenchArg& a) { return !a.help.empty(); }))
+    return out + "\n" + suite.name + " takes no arguments besides --quick and --json.\n";
+  out += "\nARGS:\n";
+  for (const BenchArg& a : suite.args)
+    if (!a.help.empty()) out += fmt::format("  {:<{}}  {}\n", a.form, width, a.help);
+  return out;
+}
+
+namespace {
+
 std::string cell_text(const nlohmann::json& cell) {
   if (cell.is_string()) return cell.get<std::string>();
   if (cell.is_number_integer()) return fmt::format("{}", cell.get<long long>());

@@ -24,11 +24,25 @@ struct BenchTable {
   std::vector<std::string> notes;
 };
 
+// One argument a suite accepts after its name. `lmcore bench SUITE --help` lists them; any other
+// argument is a usage error found before anything runs.
+struct BenchArg {
+  std::string form;  // "--ranks=N[,N...]": matched up to and including '='; without '-', a positional
+  std::string help;  // what it does and its default; empty: internal (accepted, not listed)
+};
+
 struct BenchSuite {
   std::string name;
   std::string description;
   std::function<std::vector<BenchTable>(const BenchOptions&)> run;
+  std::vector<BenchArg> args = {};
 };
+
+// Checks a suite's arguments against its list: returns "" or a message naming the first one it does
+// not take and listing those it does.
+std::string check_suite_args(const BenchSuite& suite, const std::vector<std::string>& args);
+// The `lmcore bench SUITE --help` text: the description and every listed argument.
+std::string suite_help(const BenchSuite& suite);
 
 // Every suite, in the order `lmcore bench --quick` runs them.
 const std::vector<BenchSuite>& all_suites();

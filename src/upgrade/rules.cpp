@@ -6,6 +6,12 @@
 
 namespace lmcore::upgrade {
 
+std::optional<Confidence> confidence_from_name(std::string_view name) {
+  for (Confidence c : {Confidence::low, Confidence::medium, Confidence::high})
+    if (name == confidence_name(c)) return c;
+  return std::nullopt;
+}
+
 const char* confidence_name(Confidence c) {
   switch (c) {
     case Confidence::low: return "low";

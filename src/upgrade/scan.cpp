@@ -264,18 +264,19 @@ bool prefiltered_imports_torch(const Job& job) {
   return check_python({text}, false, PythonContext{job.module, job.package_init}).imports_torch;
 }
 
-bool code_selected(const std::string& code, const ScanOptions& o) {
+}  // namespace
+
+bool finding_selected(const Finding& f, const ScanOptions& o) {
   auto has_prefix = [&](const std::vector<std::string>& list) {
     for (const auto& p : list)
-      if (code.rfind(p, 0) == 0) return true;
+      if (f.code.rfind(p, 0) == 0) return true;
     return false;
   };
-  if (code.rfind("UPG9", 0) == 0) return !has_prefix(o.ignore);  // scan errors are always shown unless ignored
+  if (f.confidence < o.min_confidence) return false;
+  if (f.code.rfind("UPG9", 0) == 0) return !has_prefix(o.ignore);  // scan errors are always shown unless ignored
   if (!o.select.empty() && !has_prefix(o.select)) return false;
   return !has_prefix(o.ignore);
 }
-
-}  // namespace
 
 ScanResult scan(const ScanOptions& options) {
   const fs::path base = options.base.empty() ? fs::current_path() : options.base;
@@ -285,9 +286,13 @@ ScanResult scan(const ScanOptions& options) {
   std::vector<Job> jobs;
   std::vector<Finding> walk_errors;
   PackageCache packages;
-  auto add_job = [&](const fs::path& path, const std::string& display) {
+  // `named`: given on the command line. Such a file is checked whatever its name (a script without
+  // .py, say) as Python when it is not a notebook or a pin file: skipping it silently would report a
+  // clean file that was never read.
+  auto add_job = [&](const fs::path& path, const std::string& display, bool named) {
     std::optional<PinFileKind> pin;
-    const auto kind = kind_of(path, pin);
+    auto kind = kind_of(path, pin);
+    if (!kind && named) kind = Kind::python;
     if (!kind) return;
     Job j;
     j.path = path;
@@ -305,7 +310,7 @@ ScanResult scan(const ScanOptions& options) {
     const auto st = fs::status(p, ec);
     if (ec || !fs::exists(st)) fail("upgrade-check: path '{}' does not exist", given);
     if (!fs::is_directory(st)) {
-      add_job(p, display_path(given));  // a file named on the command line is checked even if excluded
+      add_job(p, display_path(given), true);  // a file named on the command line is checked even if excluded
       continue;
     }
     fs::recursive_directory_iterator it(p, fs::directory_options::skip_permission_denied, ec), end;
@@ -338,7 +343,7 @@ ScanResult scan(const ScanOptions& options) {
       }
       if (path_excluded(name, rel, options.excludes)) continue;
       if (!it->is_regular_file(sec)) continue;
-      add_job(e, dir_display == "." ? rel : dir_display == "/" ? "/" + rel : dir_display + "/" + rel);
+      add_job(e, dir_display == "." ? rel : dir_display == "/" ? "/" + rel : dir_display + "/" + rel, false);
     }
   }
 
@@ -423,7 +428,7 @@ ScanResult scan(const ScanOptions& options) {
       case Kind::pin: ++r.pin_files; break;
     }
     for (auto& f : per_file[j].findings) {
-      if (f.confidence < options.min_confidence || !code_selected(f.code, options)) continue;
+      if (!finding_selected(f, options)) continue;
       r.findings.push_back(std::move(f));
     }
   }

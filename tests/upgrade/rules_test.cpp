@@ -305,6 +305,32 @@ TEST(UpgradeFix, UnifiedDiffHunks) {
   EXPECT_EQ(apply_edits("abcdef", {Edit{4, 5, "Y"}, Edit{1, 3, "X"}, Edit{1, 3, "X"}}), "aXdYf");
 }
 
+// The filters live in the library (scan applies them; the CLI applies the same function to the CUDA
+// probe's findings, which it used to filter by its own copy of the rules, without the UPG9xx rule).
+TEST(Filters, FindingSelectedAppliesConfidenceSelectAndIgnore) {
+  Finding f;
+  f.code = "UPG301";
+  f.confidence = Confidence::medium;
+  ScanOptions o;
+  EXPECT_TRUE(finding_selected(f, o));
+  o.min_confidence = Confidence::high;
+  EXPECT_FALSE(finding_selected(f, o));
+  o.min_confidence = Confidence::low;
+  o.select = {"UPG1"};
+  EXPECT_FALSE(finding_selected(f, o));
+  o.select = {"UPG3"};
+  EXPECT_TRUE(finding_selected(f, o));
+  o.ignore = {"UPG30"};
+  EXPECT_FALSE(finding_selected(f, o));
+  f.code = "UPG901";  // scan errors pass a select, not an ignore
+  o.ignore = {};
+  EXPECT_TRUE(finding_selected(f, o));
+  o.ignore = {"UPG9"};
+  EXPECT_FALSE(finding_selected(f, o));
+  EXPECT_EQ(confidence_from_name("medium"), Confidence::medium);
+  EXPECT_EQ(confidence_from_name("Medium"), std::nullopt);
+}
+
 }  // namespace
 }  // namespace lmcore::upgrade
 

@@ -37,6 +37,8 @@ namespace lmcore::upgrade {
 // are medium or low; see docs in each rule's explanation.
 enum class Confidence : std::uint8_t { low = 0, medium = 1, high = 2 };
 const char* confidence_name(Confidence c);
+// "low", "medium", "high" -> the level; nullopt for anything else.
+std::optional<Confidence> confidence_from_name(std::string_view name);
 
 struct Rule {
   std::string_view code;         // "UPG101"

@@ -56,6 +56,11 @@ struct ScanResult {
 // cannot be read is a UPG901 finding and the scan goes on.
 ScanResult scan(const ScanOptions& options);
 
+// The filters of `options` (min_confidence, select, ignore) applied to one finding: scan() applies
+// them to what it finds, callers to findings from elsewhere (the CUDA probe). Scan errors (UPG9xx)
+// pass unless ignored.
+bool finding_selected(const Finding& f, const ScanOptions& options);
+
 // The default folder names skipped during the walk.
 const std::vector<std::string>& default_excluded_dirs();
 

@@ -1,0 +1,327 @@
+"""Issue 13's bad inputs through the Python module and the CLI: special files, destinations that must
+not be replaced, interrupted writes, read-only and big-endian NumPy arrays, files rewritten under a
+mapping, float -> integer casts, messages a person can act on, and usage errors (exit 2). Each test
+names the defect it guards; each failed before its fix."""
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import lmcore
+from io_helpers import CLI, run_cli
+
+PY = sys.executable
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+
+
+def run_py(code, timeout=60):
+    return subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=timeout, env=ENV)
+
+
+# ---- defect 3: a FIFO blocked load() and `lmcore inspect` forever --------------------------------
+
+def test_fifo_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "weights.safetensors"
+    os.mkfifo(fifo)
+    for mmap in (True, False):
+        r = run_py(f"import lmcore; lmcore.load({str(fifo)!r}, mmap={mmap})", timeout=30)
+        assert r.returncode != 0
+        assert f"load: '{fifo}' is a FIFO, not a regular file" in r.stderr
+    r = subprocess.run([str(CLI), "inspect", str(fifo)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "is a FIFO, not a regular file" in r.stderr
+    r = run_py(f"import lmcore; lmcore.detect_format({str(fifo)!r})", timeout=30)
+    assert "is a FIFO, not a regular file" in r.stderr
+
+
+# ---- defect 4: convert replaced a FIFO, a device or a symlink at OUT with a regular file ---------
+
+def small_checkpoint(path):
+    lmcore.save_safetensors(str(path), {"w": np.arange(6, dtype=np.float32).reshape(2, 3)})
+
+
+def test_convert_refuses_non_regular_destinations(tmp_path):
+    src = tmp_path / "in.safetensors"
+    small_checkpoint(src)
+    fifo = tmp_path / "out.pt"
+    os.mkfifo(fifo)
+    target = tmp_path / "target.pt"
+    target.write_bytes(b"keep me")
+    link = tmp_path / "link.pt"
+    link.symlink_to(target)
+    folder = tmp_path / "dir.pt"
+    folder.mkdir()
+    cases = {fifo: "is a FIFO, not a regular file; refusing to replace it",
+             link: f"is a symbolic link (to '{target}'); lmcore does not write through links",
+             folder: "is a directory, not a regular file; refusing to replace it"}
+    # A character device made here, not /dev/null: a regression must not be able to damage the system.
+    dev = tmp_path / "null.pt"
+    try:
+        os.mknod(dev, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        cases[dev] = "is a character device, not a regular file; refusing to replace it"
+    except PermissionError:
+        pass  # not root: the FIFO stands for devices (same check)
+    for out, why in cases.items():
+        r = run_cli("convert", src, out, check=False)
+        assert r.returncode == 1 and why in r.stderr, (out, r.stderr)
+        with pytest.raises(lmcore.Error, match="refusing|does not write through"):
+            lmcore.convert(str(src), str(out))
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and os.path.islink(link) and folder.is_dir()
+    assert target.read_bytes() == b"keep me"
+    if dev.exists():
+        assert stat.S_ISCHR(os.lstat(dev).st_mode)
+    assert not [p for p in os.listdir(tmp_path) if ".tmp." in p]
+    assert "symbolic link" in run_cli("convert", "--help").stdout  # the policy is in --help
+
+
+def test_convert_in_the_library_and_python(tmp_path):
+    src = tmp_path / "in.pt"
+    torch.save({"a": torch.arange(10, dtype=torch.float32), "b": torch.ones(2, 2, dtype=torch.bfloat16)}, src)
+    r = lmcore.convert(str(src), str(tmp_path / "out.safetensors"))
+    assert r == {"from": "pytorch-zip", "to": "safetensors", "tensors": 2, "bytes": 48}
+    r = lmcore.convert(str(tmp_path / "out.safetensors"), str(tmp_path / "back.weights"), to="torch")
+    assert r["to"] == "pytorch-zip"
+    back = torch.load(tmp_path / "back.weights", weights_only=True)
+    assert torch.equal(back["a"], torch.arange(10, dtype=torch.float32))
+    with pytest.raises(lmcore.Error, match="cannot tell the output format"):
+        lmcore.convert(str(src), str(tmp_path / "out.weights"))
+    with pytest.raises(lmcore.Error, match="to must be 'safetensors' or 'torch'"):
+        lmcore.convert(str(src), str(tmp_path / "x.pt"), to="npz")
+
+
+# ---- defect 5: a killed convert left OUT.tmp.XXXXXX files behind ---------------------------------
+
+def big_checkpoint(path, mib):
+    lmcore.save_safetensors(str(path), {f"t{i}": np.full((1 << 18,), i, dtype=np.float32) for i in range(mib)})
+
+
+def wait_for_temporary(folder, proc, limit=60):
+    end = time.time() + limit
+    while time.time() < end and proc.poll() is None:
+        if [p for p in os.listdir(folder) if ".tmp." in p]:
+            return True
+        time.sleep(0.002)
+    return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_convert_interrupted_removes_its_temporary(tmp_path, sig):
+    src = tmp_path / "in.safetensors"
+    big_checkpoint(src, 192)
+    out = tmp_path / "out" / "model.pt"
+    out.parent.mkdir()
+    for attempt in range(5):  # the temporary must be caught while it exists; retry on a fast machine
+        proc = subprocess.Popen([str(CLI), "convert", str(src), str(out)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        seen = wait_for_temporary(out.parent, proc)
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+        if seen and proc.returncode == -sig:
+            break
+        if out.exists():
+            out.unlink()
+    assert seen and proc.returncode == -sig, "never caught convert while its temporary existed"
+    assert os.listdir(out.parent) == []  # no temporary, no half-written output
+
+
+def test_temporary_of_a_killed_convert_is_swept_by_the_next(tmp_path):
+    src = tmp_path / "in.safetensors"
+    big_checkpoint(src, 192)
+    out = tmp_path / "out" / "model.pt"
+    out.parent.mkdir()
+    for attempt in range(5):
+        proc = subprocess.Popen([str(CLI), "convert", str(src), str(out)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        seen = wait_for_temporary(out.parent, proc)
+        proc.kill()  # nothing runs on SIGKILL
+        proc.wait(timeout=60)
+        if seen and [p for p in os.listdir(out.parent) if ".tmp." in p]:
+            break
+    left = [p for p in os.listdir(out.parent) if ".tmp." in p]
+    assert len(left) == 1 and left[0].startswith(f"model.pt.tmp.{proc.pid}."), left
+    small_checkpoint(tmp_path / "small.safetensors")
+    run_cli("convert", tmp_path / "small.safetensors", out)
+    assert os.listdir(out.parent) == ["model.pt"]
+
+
+# ---- defect 6: from_numpy wrote through read-only arrays and read big-endian ones as little -------
+
+def test_from_numpy_respects_read_only_arrays(tmp_path):
+    data = bytes(np.arange(4, dtype=np.float32).tobytes())
+    t = lmcore.from_numpy(np.frombuffer(data, dtype=np.float32))
+    assert t.read_only
+    with pytest.raises(lmcore.Error, match="fill_: the tensor .* is read-only"):
+        t.fill_(7.0)
+    with pytest.raises(lmcore.Error, match="copy_: the tensor .* is read-only"):
+        t.copy_(np.zeros(4, dtype=np.float32))
+    with pytest.raises(lmcore.Error, match="copy_cast: the tensor .* is read-only"):
+        lmcore.copy_cast(lmcore.zeros([4]), t)
+    assert data == np.arange(4, dtype=np.float32).tobytes()  # the bytes object is unchanged
+    assert not t.numpy().flags.writeable  # and stays read-only on the way back to NumPy
+    assert float(lmcore.sum(t).numpy()) == 6.0  # reading is fine
+    c = t.clone()
+    assert not c.read_only
+    c.fill_(1.0)
+
+    path = tmp_path / "a.bin"
+    np.arange(8, dtype=np.float32).tofile(path)
+    mm = np.memmap(path, dtype=np.float32, mode="r")
+    tm = lmcore.from_numpy(mm)
+    with pytest.raises(lmcore.Error, match="read-only"):  # used to segfault (a PROT_READ mapping)
+        tm.fill_(1.0)
+    with pytest.raises(lmcore.Error, match="read-only"):
+        lmcore.scatter_add_(tm, 0, lmcore.zeros([1], "i64"), lmcore.full([1], 1.0))
+    assert np.array_equal(np.fromfile(path, dtype=np.float32), np.arange(8, dtype=np.float32))
+    w = np.zeros(3, dtype=np.float32)
+    tw = lmcore.from_numpy(w)
+    assert not tw.read_only
+    tw.fill_(2.0)
+    assert np.array_equal(w, [2, 2, 2])
+
+
+def test_from_numpy_refuses_big_endian():
+    a = np.arange(3, dtype=">f4")
+    with pytest.raises(lmcore.Error, match=r"big-endian \(dtype '>f4'\).*astype"):
+        lmcore.from_numpy(a)
+    t = lmcore.from_numpy(a.astype("<f4"))
+    assert np.array_equal(t.numpy(), [0, 1, 2])
+    assert lmcore.from_numpy(np.arange(3, dtype=">u1")).numpy().tolist() == [0, 1, 2]  # one byte: no order
+
+
+# ---- defect 7: a mapped file rewritten in place killed the process with a bare SIGBUS -------------
+
+def test_sigbus_on_a_truncated_mapping_names_the_file_and_the_fix(tmp_path):
+    path = tmp_path / "m.safetensors"
+    lmcore.save_safetensors(str(path), {"w": np.ones(1 << 20, dtype=np.float32)})
+    code = f"""
+import os, lmcore
+t = lmcore.load({str(path)!r})["w"]
+os.truncate({str(path)!r}, 0)
+print(float(t.numpy().sum()))
+"""
+    r = run_py(code)
+    assert r.returncode == -signal.SIGBUS, (r.returncode, r.stderr)
+    assert f"of the memory mapping of '{path}'" in r.stderr
+    assert "lmcore.load(path, mmap=False)" in r.stderr
+    # Without the mapping, the same program reads its copy and never faults.
+    lmcore.save_safetensors(str(path), {"w": np.ones(1 << 20, dtype=np.float32)})
+    r = run_py(code.replace(")[\"w\"]", ", mmap=False)[\"w\"]"))
+    assert r.returncode == 0 and float(r.stdout) == float(1 << 20), r.stderr
+    assert "mmap=False" in lmcore.load.__doc__
+
+
+# ---- defect 8: float -> integer casts of NaN, Inf and out-of-range values silently gave 0 ---------
+
+SPECIALS = [float("nan"), float("inf"), -float("inf"), 3e9, -3e9, 300.7, -300.7, 2.5, -2.5, 1e20, 255.9, 256.0,
+            -1.0, -129.0, 2147483647.0, -2147483648.0, 9.3e18, -9.3e18]
+INT_DTYPES = {torch.int8: "i8", torch.uint8: "u8", torch.int16: "i16", torch.int32: "i32", torch.int64: "i64",
+              torch.bool: "bool"}
+
+
+@pytest.mark.parametrize("src", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_float_to_integer_casts_match_torch_on_every_special(src):
+    x = torch.tensor(SPECIALS, dtype=torch.float64).to(src)
+    lm = lmcore.from_dlpack(torch.utils.dlpack.to_dlpack(x))
+    for dst, name in INT_DTYPES.items():
+        want = x.to(dst)
+        got = torch.utils.dlpack.from_dlpack(lm.to(name)) if dst != torch.bool else \
+            torch.from_numpy(lm.to(name).numpy().copy())
+        assert got.tolist() == want.tolist(), (src, dst, got.tolist(), want.tolist())
+
+
+def test_full_and_fill_refuse_values_an_integer_dtype_cannot_hold():
+    for value, dtype in [(float("nan"), "i32"), (float("inf"), "i64"), (3e9, "i32"), (128.0, "i8"), (-1.0, "u8"),
+                         (255.5, "u8"), (9.3e18, "i64")]:
+        with pytest.raises(lmcore.Error, match=f"full: value .* cannot be converted to {dtype} without overflow"):
+            lmcore.full([2], value, dtype)
+        with pytest.raises(lmcore.Error, match=f"fill_: value .* cannot be converted to {dtype} without overflow"):
+            lmcore.zeros([2], dtype).fill_(value)
+        with pytest.raises(RuntimeError):  # torch refuses the same values
+            torch.full([2], value, dtype=getattr(torch, {"i32": "int32", "i64": "int64", "i8": "int8",
+                                                          "u8": "uint8"}[dtype]))
+    assert lmcore.full([2], 2.7, "i32").numpy().tolist() == [2, 2]  # in range: truncated, as torch
+    assert lmcore.full([2], -128.0, "i8").numpy().tolist() == [-128, -128]
+    assert lmcore.full([1], float("nan"), "bool").numpy().tolist() == [True]
+
+
+# ---- defect 15: messages a person could not act on -----------------------------------------------
+
+def test_messages_name_the_argument_and_what_was_found(tmp_path):
+    t = lmcore.zeros([2, 3])
+    with pytest.raises(lmcore.Error, match=r"sum: argument 'dim' must be None, an int or a sequence of ints, found "
+                                           r"float \(0.5\)"):
+        lmcore.sum(t, dim=0.5)
+    with pytest.raises(lmcore.Error, match=r"found float \(1.5\)"):
+        lmcore.sum(t, dim=[0, 1.5])
+    with pytest.raises(lmcore.Error, match=r"save_safetensors: tensor names must be str, found int \(1\)"):
+        lmcore.save_safetensors(str(tmp_path / "x.safetensors"), {1: t})
+    with pytest.raises(lmcore.Error, match=r"metadata must map str to str, found str -> int"):
+        lmcore.save_safetensors(str(tmp_path / "x.safetensors"), {"t": t}, {"step": 3})
+    with pytest.raises(lmcore.Error, match=r"create_block_mask: batch 1048576 x heads 1048576 .* needs about .* GiB "
+                                           r"for its block lists, more than this machine's"):
+        lmcore.create_block_mask(lambda b, h, q, k: q >= k, 1 << 20, 1 << 20, 128, 128)
+
+
+def test_negative_legacy_storage_size_is_named_as_damage(tmp_path):
+    path = tmp_path / "legacy.pt"
+    x = torch.tensor([1.5, 2.5, 3.5], dtype=torch.float32)
+    torch.save({"x": x}, path, _use_new_zipfile_serialization=False)
+    data = bytearray(path.read_bytes())
+    at = data.rfind(x.numpy().tobytes()) - 8
+    assert int.from_bytes(data[at:at + 8], "little") == 3
+    data[at:at + 8] = (-5).to_bytes(8, "little", signed=True)
+    path.write_bytes(bytes(data))
+    with pytest.raises(lmcore.Error, match=r"legacy storage '\d+' at byte \d+ has the element count -5, expected a "
+                                           r"count >= 0 \(the file is damaged\)"):
+        lmcore.load(str(path))
+
+
+# ---- defect 14: usage errors exit 2; bench checks every argument first and lists a suite's own ----
+
+@pytest.mark.parametrize("args", [["inspect"], ["inspect", "a", "b", "c"], ["convert", "a"],
+                                  ["convert", "a", "b.pt", "--to", "npz"], ["info", "--bogus"], ["trace", "--bogus"],
+                                  ["upgrade-check", "--bogus"], ["train", "--bogus"], ["generate", "--bogus"],
+                                  ["launch", "--bogus"], ["bench", "--quik"], ["bench", "lce", "--bogus=1"],
+                                  ["bench", "nosuch"], ["bench", "core", "--ranks=2"], ["bench", "--json", "-x"],
+                                  ["bench", "codegen", "rmsnorm", "nosuch"], ["bench", "upgrade", "a", "b"]])
+def test_usage_errors_exit_2(args):
+    start = time.time()
+    r = subprocess.run([str(CLI), *args], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, (args, r.returncode, r.stderr)
+    assert r.stderr.strip() and not r.stdout.strip(), (args, r.stdout)  # nothing ran
+    assert time.time() - start < 30
+
+
+def test_bench_suite_help_lists_its_arguments():
+    r = run_cli("bench", "lce", "--help")
+    for form in ["--n=N", "--h=H", "--v=V", "--dtype=DTYPE", "--budget-mib=MIB", "--repeats=N"]:
+        assert form in r.stdout
+    assert "--lce-child" not in r.stdout  # internal
+    assert "--ranks=N[,N...]" in run_cli("bench", "comm", "--help").stdout
+    assert "takes no arguments" in run_cli("bench", "core", "--help").stdout
+    assert all(k in run_cli("bench", "codegen", "--help").stdout for k in ["rmsnorm", "gemm", "compile", "train"])
+    top = run_cli("bench", "--help").stdout
+    assert "SUITE --help" in top and "attention" in top
+
+
+# ---- defect 14: upgrade-check skipped a file named on the command line without saying so ----------
+
+def test_upgrade_check_checks_a_named_file_whatever_its_name(tmp_path):
+    script = tmp_path / "launch_job"  # an executable script without .py
+    script.write_text("#!/usr/bin/env python3\nimport torch.distributed as dist\n"
+                      "dist.all_gather_into_tensor(out, inp)\n")
+    r = run_cli("upgrade-check", "--no-cuda-env", "--format", "json", script, check=False)
+    assert r.returncode == 1, r.stderr
+    found = json.loads(r.stdout)
+    assert [f["code"] for f in found] == ["UPG101"], found
+    # In a folder walk, only Python files, notebooks and pin files are read; named, any file is.
+    (tmp_path / "notes.txt").write_text("import torch.distributed as dist\ndist.all_gather_into_tensor(out, inp)\n")
+    (tmp_path / "launch_job").unlink()
+    assert run_cli("upgrade-check", "--no-cuda-env", tmp_path, check=False).returncode == 0
+    assert run_cli("upgrade-check", "--no-cuda-env", tmp_path / "notes.txt", check=False).returncode == 1
