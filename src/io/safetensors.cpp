@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <set>
 #include <unordered_set>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -51,6 +52,15 @@ namespace {
 // little more. Anything deeper is refused while parsing, before it can cost stack or time anywhere.
 constexpr int kMaxJsonDepth = 16;
 
+bool dtype_of(std::string_view name, DType& out) {
+  for (const auto& n : kNames)
+    if (name == n.name) {
+      out = n.dtype;
+      return true;
+    }
+  return false;
+}
+
 // Builds the header straight from the parser's events (nlohmann's SAX interface): no JSON tree is
 // built, so the cost is linear in the header (a DOM, and nlohmann's callback parser in particular, was
 // quadratic in the number of tensors), and nesting is bounded as it opens. The first broken rule stops
@@ -62,9 +72,10 @@ class HeaderBuilder final : public nlohmann::json_sax<nlohmann::json> {
 
   bool null() override { return scalar("null", "null"); }
   bool boolean(bool v) override { return scalar("boolean", v ? "true" : "false"); }
-  bool number_integer(number_integer_t v) override { return number(false, 0, fmt::format("{}", v)); }
-  bool number_unsigned(number_unsigned_t v) override { return number(true, v, fmt::format("{}", v)); }
-  bool number_float(number_float_t, const string_t& text) override { return number(false, 0, text); }
+  // Numbers are written out only for a message (a million tensors hold three million of them).
+  bool number_integer(number_integer_t v) override { return scalar("number", fmt::format("{}", v)); }
+  bool number_unsigned(number_unsigned_t v) override { return number(v); }
+  bool number_float(number_float_t, const string_t& text) override { return scalar("number", text); }
   bool binary(binary_t&) override { return scalar("binary", "binary"); }
 
   bool string(string_t& v) override {
@@ -74,10 +85,12 @@ class HeaderBuilder final : public nlohmann::json_sax<nlohmann::json> {
         return true;
       case At::tensor:
         if (key_ == "dtype") {
-          try {
-            tensor_.dtype = safetensors_dtype_from_name(v, fmt::format("{}: tensor '{}'", name_, tensor_.name));
-          } catch (const Error& e) {
-            return stop(e.what());
+          if (!dtype_of(v, tensor_.dtype)) {  // the message, with its context, only when it is needed
+            try {
+              (void)safetensors_dtype_from_name(v, fmt::format("{}: tensor '{}'", name_, tensor_.name));
+            } catch (const Error& e) {
+              return stop(e.what());
+            }
           }
           have_dtype_ = true;
           return true;
@@ -91,7 +104,10 @@ class HeaderBuilder final : public nlohmann::json_sax<nlohmann::json> {
   bool key(string_t& k) override {
     switch (at_) {
       case At::root:
-        if (!top_keys_.insert(k).second) return stop(fmt::format("{}: safetensors header has the key '{}' more than once", name_, k));
+        // Tensor names are checked for repeats once all are read (check_names): a set of them built
+        // here would copy every name.
+        if (k == "__metadata__" && std::exchange(seen_metadata_, true))
+          return stop(fmt::format("{}: safetensors header has the key '{}' more than once", name_, k));
         key_ = std::move(k);
         return true;
       case At::metadata:
@@ -121,7 +137,7 @@ class HeaderBuilder final : public nlohmann::json_sax<nlohmann::json> {
         } else {
           at_ = At::tensor;
           tensor_ = SafetensorsTensorInfo{};
-          tensor_.name = key_;
+          tensor_.name = std::move(key_);  // key_ is the tensor's own keys from here on
           tensor_keys_.clear();
           have_dtype_ = have_shape_ = false;
           offsets_.clear();
@@ -288,8 +304,8 @@ class HeaderBuilder final : public nlohmann::json_sax<nlohmann::json> {
     }
   }
 
-  bool number(bool is_unsigned, std::uint64_t v, const std::string& text) {
-    if (!is_unsigned || (at_ != At::shape && at_ != At::offsets)) return scalar("number", text);
+  bool number(std::uint64_t v) {
+    if (at_ != At::shape && at_ != At::offsets) return scalar("number", fmt::format("{}", v));
     if (at_ == At::offsets) {
       offsets_.push_back(v);
       return true;
@@ -337,7 +353,7 @@ class HeaderBuilder final : public nlohmann::json_sax<nlohmann::json> {
   int depth_ = 0;
   int skip_depth_ = 0;
   std::string key_;                          // the last key read at the current level
-  std::unordered_set<std::string> top_keys_;  // tensor names and __metadata__
+  bool seen_metadata_ = false;
   SafetensorsTensorInfo tensor_;              // the tensor being read
   std::vector<std::string> tensor_keys_;      // its keys so far
   bool have_dtype_ = false, have_shape_ = false, offsets_seen_ = false;
@@ -375,6 +391,13 @@ SafetensorsHeader parse_header(std::span<const std::byte> head, std::uint64_t fi
   if (!ok || !builder.error().empty()) {
     if (!builder.error().empty()) fail("{}", builder.error());
     fail("{}: safetensors header is not valid JSON", name);
+  }
+  // 3b. No tensor name twice (views of the names, once all are read: linear, no copies).
+  {
+    std::unordered_set<std::string_view> names;
+    names.reserve(h.tensors.size());
+    for (const auto& t : h.tensors)
+      if (!names.insert(t.name).second) fail("{}: safetensors header has the key '{}' more than once", name, t.name);
   }
 
   // 4. Spans: contiguous from 0, no holes or overlaps, ending at the end of the file.
