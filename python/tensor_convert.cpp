@@ -154,6 +154,12 @@ DType dtype_from_dl(const DLDataType& t) {
 
 py::capsule tensor_to_dlpack(const Tensor& t) {
   LMCORE_CHECK(t.defined(), "to_dlpack: tensor is undefined");
+  // DLPack 0.6 has no read-only flag: a consumer (torch) would get a writable view of memory that must
+  // not change, or cannot (a read-only mapping segfaults). NumPy's own rule for such arrays is a copy.
+  LMCORE_CHECK(!t.is_read_only(),
+               "to_dlpack: the tensor {} is read-only (it views a NumPy array with writeable=False, a bytes object "
+               "or a read-only memory map) and DLPack cannot mark it so: export a copy, t.clone()",
+               t.describe());
   auto* owner = new DLPackOwner;
   owner->tensor = t;
   owner->shape = t.shape();

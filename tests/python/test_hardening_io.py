@@ -164,6 +164,9 @@ def test_from_numpy_respects_read_only_arrays(tmp_path):
         lmcore.copy_cast(lmcore.zeros([4]), t)
     assert data == np.arange(4, dtype=np.float32).tobytes()  # the bytes object is unchanged
     assert not t.numpy().flags.writeable  # and stays read-only on the way back to NumPy
+    with pytest.raises(lmcore.Error, match=r"to_dlpack: the tensor .* is read-only .* t.clone\(\)"):
+        torch.utils.dlpack.from_dlpack(t)  # DLPack cannot say read-only: torch would write through it
+    assert torch.equal(torch.utils.dlpack.from_dlpack(t.clone()), torch.arange(4, dtype=torch.float32))
     assert float(lmcore.sum(t).numpy()) == 6.0  # reading is fine
     c = t.clone()
     assert not c.read_only
