@@ -209,17 +209,24 @@ AtomicFile::AtomicFile(std::string path, AtomicFileOptions options)
   }
   for (int attempt = 0; fd_ < 0; ++attempt) {
     temp_path_ = fmt::format("{}.tmp.{}.{}", path_, ::getpid(), random_suffix());
+    // The name is published to the signal handler before the file exists: a SIGTERM that lands
+    // between the two then finds it (unlinking a name not yet created is harmless), where one that
+    // landed between open() and a later claim left the temporary behind. The name holds this pid, so
+    // the handler can only ever remove this process's own files.
+    slot_ = claim_slot(temp_path_);
     fd_ = ::open(temp_path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-    if (fd_ < 0 && (errno != EEXIST || attempt == 100)) {
+    if (fd_ < 0) {
       const int err = errno;
-      temp_path_.clear();
-      fail("{}cannot create a temporary file next to '{}': {}", prefix(what), path_, errno_text(err));
+      release_slot(slot_);
+      if (err != EEXIST || attempt == 100) {
+        temp_path_.clear();
+        fail("{}cannot create a temporary file next to '{}': {}", prefix(what), path_, errno_text(err));
+      }
     }
   }
   // Held until the descriptor closes: tells sweepers this temporary has a live writer. A file system
   // without flock makes the sweeper's attempt fail too, so nothing live is ever swept.
   (void)::flock(fd_, LOCK_EX | LOCK_NB);
-  slot_ = claim_slot(temp_path_);
   if (options_.keep_mode) (void)::fchmod(fd_, mode);  // exactly the old bits, whatever the umask
 }
 
