@@ -102,6 +102,11 @@ Header make_header(const CallContext& ctx) {
       err = "tensor is undefined";
     } else if (!op.a.is_contiguous() || (op.b.defined() && !op.b.is_contiguous())) {
       err = "tensor is not contiguous";
+    } else if (op.a.is_read_only() && op.kind != OpKind::send &&
+               !(op.kind == OpKind::broadcast && op.peer == ctx.rank())) {
+      // A view of memory that must not change (from_numpy of a writeable=False array): found here, the
+      // error reaches every rank instead of a write into it (or a segfault on a read-only mapping).
+      err = "the output tensor is read-only";
     }
   }
   if (err.empty()) {

@@ -385,6 +385,32 @@ TEST(Mismatch, WrongOutputSizeOnOneRankIsReportedEverywhere) {
   }, "invalid here");
 }
 
+// Issue 13, defect 6: a read-only output (from_numpy of a writeable=False array) on one rank is an
+// error on every rank, found before any byte moves; a broadcast's root only reads its tensor.
+Tensor read_only_zeros(std::int64_t n) {
+  auto bytes = std::make_shared<std::vector<float>>(static_cast<std::size_t>(n), 0.0f);
+  return Tensor::from_storage(Storage::borrow(bytes->data(), bytes->size() * sizeof(float), bytes, /*read_only=*/true),
+                              DType::f32, {n}, {1}, 0);
+}
+
+TEST(Mismatch, ReadOnlyOutputOnOneRankIsReportedEverywhere) {
+  expect_mismatch_everywhere(3, [](ProcessGroup& pg, int rank) {
+    Tensor t = rank == 1 ? read_only_zeros(8) : Tensor::zeros({8}, DType::f32);
+    pg.all_reduce(t);
+  }, "read-only");
+  expect_mismatch_everywhere(2, [](ProcessGroup& pg, int rank) {
+    Tensor t = rank == 1 ? read_only_zeros(8) : Tensor::zeros({8}, DType::f32);
+    if (rank == 0) pg.send(t, 1); else pg.recv(t, 0);
+  }, "read-only");
+  const std::string store = fresh_store("read-only-root");
+  EXPECT_TRUE(run_ranks(2, [&](int rank) {
+    ProcessGroup pg(testing::group_options(rank, 2, store, std::chrono::seconds(10)));
+    Tensor t = rank == 0 ? read_only_zeros(4) : Tensor::full({4}, 1.0, DType::f32);
+    pg.broadcast(t, 0);
+    RANK_CHECK(t.to_vector<float>() == std::vector<float>(4, 0.0f), "broadcast from a read-only root");
+  }));
+}
+
 TEST(Mismatch, AlgorithmOptionsDifferAcrossRanks) {
   const std::string store = fresh_store("mismatch-options");
   EXPECT_TRUE(run_ranks(2, [&](int rank) {
