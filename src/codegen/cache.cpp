@@ -215,7 +215,7 @@ std::uint64_t KernelCache::clear() {
   std::error_code ec;
   for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (!is_key(name) && name != "tune" && name != "tmp") continue;  // never touch files we did not make
+    if (!is_key(name) && name != "tune" && name != "tmp" && name != "compilers") continue;  // never touch files we did not make
     freed += tree_bytes(it->path());
     std::error_code ec2;
     fs::remove_all(it->path(), ec2);

@@ -16,10 +16,15 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
+
+#include "lmcore/codegen/cache.h"
+#include "lmcore/core/error.h"
+#include "sha256.h"
 
 extern char** environ;
 
@@ -135,6 +140,16 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
 
 }  // namespace detail
 
+namespace {
+// -march=native: the kernel is for this CPU (its features are in the key too); -ffp-contract=fast: FMAs
+// (ISO -std=c++17 would turn contraction off); no -ffast-math, so NaN and infinity propagate as in the
+// generic kernels; --as-needed: no libstdc++ dependency.
+std::vector<std::string> default_flags() {
+  return {"-std=c++17", "-O3", "-march=native", "-ffp-contract=fast", "-fPIC", "-shared", "-fno-exceptions",
+          "-fno-rtti", "-fvisibility=hidden", "-w", "-Wl,--as-needed"};
+}
+}  // namespace
+
 std::optional<Compiler> find_compiler(const Options& options, std::string* why) {
   std::string name = options.compiler;
   std::string path;
@@ -151,6 +166,30 @@ std::optional<Compiler> find_compiler(const Options& options, std::string* why) 
       return std::nullopt;
     }
   }
+  // The version is part of every key. Asking the driver costs a process start (a few ms, the bulk of a
+  // warm load), so it is remembered in the cache per executable identity: path, inode, size, mtime.
+  std::string ident_file;
+  struct stat st {};
+  if (!options.cache_dir.empty() && ::stat(path.c_str(), &st) == 0) {
+    ident_file = options.cache_dir + "/compilers/" +
+                 detail::sha256_hex(fmt::format("{}\n{}\n{}\n{}.{}", path, st.st_ino, st.st_size, st.st_mtim.tv_sec,
+                                                st.st_mtim.tv_nsec))
+                     .substr(0, 40);
+    std::FILE* f = std::fopen(ident_file.c_str(), "rb");
+    if (f) {
+      char buf[512];
+      const std::size_t n = std::fread(buf, 1, sizeof buf, f);
+      std::fclose(f);
+      const std::string line(buf, n);
+      if (n > 1 && n < sizeof buf && line.back() == '\n' && line.find('\n') == n - 1) {
+        Compiler c;
+        c.path = path;
+        c.version = line.substr(0, n - 1);
+        c.flags = default_flags();
+        return c;
+      }
+    }
+  }
   const auto v = detail::run_process({path, "--version"}, 10.0);
   if (v.exit_code != 0) {
     if (why)
@@ -162,10 +201,16 @@ std::optional<Compiler> find_compiler(const Options& options, std::string* why) 
   Compiler c;
   c.path = path;
   c.version = v.output.substr(0, v.output.find('\n'));
-  // -march=native: the kernel is for this CPU (its features are in the key too); no -ffast-math, so NaN
-  // and infinity propagate as in the generic kernels; --as-needed: no libstdc++ dependency.
-  c.flags = {"-std=c++17", "-O3", "-march=native", "-fPIC", "-shared", "-fno-exceptions", "-fno-rtti",
-             "-fvisibility=hidden", "-w", "-Wl,--as-needed"};
+  c.flags = default_flags();
+  if (!ident_file.empty() && !c.version.empty()) {
+    try {
+      std::error_code ec;
+      std::filesystem::create_directories(std::filesystem::path(ident_file).parent_path(), ec);
+      detail::write_file_atomic(ident_file, c.version + "\n");
+    } catch (const Error&) {
+      // A read-only cache only costs the --version call next time.
+    }
+  }
   return c;
 }
 

@@ -70,7 +70,7 @@ TEST(CodegenCompiler, FailingCompilerFallsBackWithOneWarning) {
   const std::string err2 = capture_stderr_of([&] { k = RmsNormKernel::get({66, 1e-5f}, o); });
   EXPECT_EQ(err2, "");
   EXPECT_FALSE(k.generated());
-  EXPECT_EQ(count_files(fs::path(o.cache_dir)), 1u) << "only tmp/: no entry for a failed compile";
+  EXPECT_TRUE(KernelCache(o.cache_dir, o.cache_max_bytes).list().empty()) << "no entry for a failed compile";
   EXPECT_EQ(count_files(fs::path(o.cache_dir) / "tmp"), 0u) << "staging directories are removed";
 }
 
@@ -127,6 +127,28 @@ TEST(CodegenCompiler, NoCompilerAtAll) {
   o.compiler = dir.path() + "/nonexistent-c++";
   const std::string err2 = capture_stderr_of([&] { k = RmsNormKernel::get({7, 1e-5f}, o); });
   EXPECT_NE(k.why_generic().find("nonexistent-c++' (LMCORE_CXX) not found"), std::string::npos) << k.why_generic();
+}
+
+TEST(CodegenCompiler, VersionIsRememberedPerExecutable) {
+  TempDir dir;
+  Options o = testing::test_options(dir.path() + "/cache");
+  const std::string asked = dir.path() + "/asked";
+  o.compiler = testing::write_script(dir.path() + "/vcc", "echo 'vcc 1.0'; /bin/touch " + asked + "\n");
+  auto c = find_compiler(o, nullptr);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->version, "vcc 1.0");
+  EXPECT_TRUE(fs::exists(asked));
+  fs::remove(asked);
+  c = find_compiler(o, nullptr);  // from compilers/ in the cache: no process
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->version, "vcc 1.0");
+  EXPECT_FALSE(fs::exists(asked));
+  // A changed executable (size, mtime) is asked again.
+  testing::write_script(o.compiler, "echo 'vcc 2.0 (upgraded)'; /bin/touch " + asked + "\n");
+  c = find_compiler(o, nullptr);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->version, "vcc 2.0 (upgraded)");
+  EXPECT_TRUE(fs::exists(asked));
 }
 
 TEST(CodegenCompiler, DisabledMeansGeneric) {

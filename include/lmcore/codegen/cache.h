@@ -6,6 +6,8 @@
 //   <key>/kernel.cpp    the source it was built from (for people; not read back)
 //   <key>/meta          "name value" lines: sha256 and size of kernel.so, kind, spec, variant, compiler
 //   tune/<hash>         an autotuning winner: "variant ..." for one spec on one CPU and compiler
+//   compilers/<hash>    a compiler's --version line, by path, inode, size and mtime (saves a process
+//                       start per run: most of a warm load)
 //   tmp/                staging directories and entries being removed
 // An entry is built in tmp/, its files fsync'ed, then the directory is renamed to <key>: a reader sees
 // a whole entry or none, and when two processes race on one key the second rename fails and the loser
@@ -48,7 +50,7 @@ class KernelCache {
                       const std::string& spec, const std::string& variant, const std::string& compiler);
 
   std::vector<CacheEntry> list() const;
-  // Removes every entry, tuning record and staging directory; returns the bytes freed.
+  // Removes every entry, tuning record, compiler record and staging directory; returns the bytes freed.
   std::uint64_t clear();
   // Removes least recently used entries until the total is within the limit, sparing `keep`.
   void evict(const std::string& keep = "");

@@ -61,6 +61,7 @@ class GemmKernel {
  private:
   GemmSpec spec_;
   lmcore_gemm_fn fn_ = nullptr;
+  std::int64_t scratch_floats_ = 0;  // per call (per thread)
   std::string why_, variant_;
 };
 
@@ -79,7 +80,9 @@ int time_candidates_in_children(std::size_t n, const std::function<double(std::s
                                 double timeout_seconds, std::vector<double>* seconds = nullptr);
 
 namespace detail {
+// a.scratch: generic_gemm_scratch_floats(spec) floats.
 void generic_gemm(const GemmSpec& spec, const lmcore_gemm_args& a);
+std::int64_t generic_gemm_scratch_floats(const GemmSpec& spec);
 // The single-threaded sgemm handed to kernels (C = A op(B), beta 0), over OpenBLAS.
 void sgemm_callback(int b_trans, std::int64_t M, std::int64_t N, std::int64_t K, const float* a, std::int64_t lda,
                     const float* b, std::int64_t ldb, float* c, std::int64_t ldc);

@@ -19,7 +19,7 @@
 
 #include <stdint.h>
 
-#define LMCORE_KERNEL_ABI_VERSION 1
+#define LMCORE_KERNEL_ABI_VERSION 2
 
 #ifdef __cplusplus
 extern "C" {
@@ -64,7 +64,9 @@ typedef void (*lmcore_rmsnorm_backward_fn)(const lmcore_rmsnorm_backward_args*);
  *   swiglu: NB = 2N, gate = P[:, :N], up = P[:, N:], C = silu(gate) * up;
  *   then C += residual (when the spec has it). P is also stored to `pre` when the spec asks (the
  *   SwiGLU backward needs gate and up). Rows [row_begin, row_end) are computed, so callers parallelise
- *   over row blocks. The "blas" core calls `sgemm` per tile; the "micro" core is generated code. */
+ *   over row blocks. The "blas" core calls `sgemm` per tile; the "micro" core is generated code.
+ * Working memory comes from the caller: `scratch` holds at least lmcore_gemm_scratch_floats() floats
+ * (a kernel never allocates: a fresh allocation per call would fault its pages in every time). */
 typedef void (*lmcore_sgemm_fn)(int b_trans, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
                                 const float* b, int64_t ldb, float* c, int64_t ldc); /* C = A op(B), beta 0 */
 
@@ -76,11 +78,13 @@ typedef struct lmcore_gemm_args {
   const float* bias;        /* (NB); read only when the spec has a bias */
   const float* residual;    /* (M, N), row stride ldr; read only when the spec has a residual */
   lmcore_sgemm_fn sgemm;    /* single-threaded sgemm, for the "blas" core */
+  float* scratch;           /* lmcore_gemm_scratch_floats() floats, private to this call */
   int64_t lda, ldb, ldc, ldp, ldr;
   int64_t row_begin, row_end;
 } lmcore_gemm_args;
 
 typedef void (*lmcore_gemm_fn)(const lmcore_gemm_args*);
+typedef int64_t (*lmcore_gemm_scratch_floats_fn)(void);
 
 typedef int (*lmcore_kernel_abi_version_fn)(void);
 typedef const char* (*lmcore_kernel_spec_fn)(void);
