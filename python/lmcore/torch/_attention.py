@@ -143,7 +143,6 @@ class _FlexAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, lm_mask, lm_score, scale, zero_q, *params):
         ctx.lm_mask, ctx.lm_score, ctx.scale, ctx.zero_q = lm_mask, lm_score, scale, zero_q
-        ctx.n_params = len(params)
         # scale 0 (every score 0): lmcore reads scale 0 as "default", so scale 1 on a zero query instead
         qq = torch.zeros_like(q) if zero_q else q
         out, lse = _lmcore.flex_attention(to_lmcore(qq, "query"), to_lmcore(k, "key"), to_lmcore(v, "value"),
@@ -162,6 +161,7 @@ class _FlexAttention(torch.autograd.Function):
             # d lse_i / d s_ij = P_ij, so a gradient g_i on lse adds P_ij g_i to dS_ij = P_ij (dP_ij - delta_i):
             # delta_i = d_out_i . out_i becomes delta_i - g_i. The kernel takes delta from (out, d_out), so one
             # extra value column carries it: out 1, d_out -g, v 0 (dP and dq, dk unchanged; its dv is dropped).
+            # (With Dv = 256 the extra column passes the kernel's limit: that case is an error naming it.)
             one = torch.ones(out.shape[:-1] + (1,), dtype=out.dtype)
             out = torch.cat([out, one], -1)
             d_out = torch.cat([d_out, -d_lse.unsqueeze(-1).to(d_out.dtype)], -1)
