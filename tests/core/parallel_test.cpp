@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -18,13 +19,20 @@
 namespace lmcore {
 namespace {
 
-// Distinct threads that ran chunks of a job of `n` chunks that each take a few milliseconds.
+// Distinct threads that ran chunks of a job of `n` chunks. Each chunk waits (up to 10 s) until all n
+// have started, so a working pool of n threads runs one chunk per thread however late the scheduler
+// wakes a worker (a fixed 20 ms per chunk let a busy machine's running thread take two chunks: the test
+// failed 1 run in 5 under load); a serial pool runs them one after another, each waiting out its 10 s.
 std::size_t threads_used(int n) {
   std::mutex m;
   std::set<std::thread::id> ids;
+  std::atomic<int> started{0};
   parallel_for(0, n, 1, [&](std::int64_t lo, std::int64_t hi) {
     for (std::int64_t i = lo; i < hi; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      started.fetch_add(1);
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (started.load() < n && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
       std::lock_guard<std::mutex> lock(m);
       ids.insert(std::this_thread::get_id());
     }
