@@ -268,6 +268,11 @@ GemmKernel GemmKernel::generic(const GemmSpec& spec) {
   return k;
 }
 
+std::future<GemmKernel> GemmKernel::get_async(const GemmSpec& spec, std::int64_t M, const Options& options) {
+  check_spec(spec);
+  return std::async(std::launch::async, [spec, M, options] { return get(spec, M, options); });
+}
+
 GemmKernel GemmKernel::get(const GemmSpec& spec, std::int64_t M, const Options& options, const GemmVariant* variant) {
   check_spec(spec);
   const GemmVariant v = variant ? *variant : gemm_variant_for(spec, M, options);

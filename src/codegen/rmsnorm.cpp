@@ -93,6 +93,11 @@ RmsNormKernel RmsNormKernel::generic(const RmsNormSpec& spec) {
   return k;
 }
 
+std::future<RmsNormKernel> RmsNormKernel::get_async(const RmsNormSpec& spec, const Options& options) {
+  check_spec(spec);
+  return std::async(std::launch::async, [spec, options] { return get(spec, options); });
+}
+
 RmsNormKernel RmsNormKernel::get(const RmsNormSpec& spec, const Options& options, const RmsNormVariant* variant) {
   check_spec(spec);
   const RmsNormVariant v = variant ? *variant : default_rmsnorm_variant();

@@ -6,11 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <future>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 
 #include "codegen_test_util.h"
+#include "lmcore/codegen/gemm.h"
 #include "lmcore/codegen/rmsnorm.h"
 #include "lmcore/core/error.h"
 
@@ -202,6 +205,22 @@ TEST(CodegenRmsNorm, ManyRowsAcrossThreads) {
   const Options o = testing::test_options();
   check_kernel(RmsNormKernel::get({65, 1e-5f, DType::bf16, DType::bf16, true}, o), 301, 7);
   check_kernel(RmsNormKernel::get({64, 1e-5f, DType::f32, DType::f32, false}, o), 1000, 8);
+}
+
+// The caller runs the generic kernel while the generated one compiles, then switches; both are right.
+TEST(CodegenRmsNorm, AsyncCompileWhileTheGenericKernelRuns) {
+  testing::TempDir dir;
+  const Options o = testing::test_options(dir.path());
+  const RmsNormSpec s{65, 1e-5f, DType::bf16, DType::bf16, true};
+  auto pending = RmsNormKernel::get_async(s, o);
+  RmsNormKernel k = RmsNormKernel::generic(s);
+  while (pending.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) check_kernel(k, 3, 11);
+  k = pending.get();
+  EXPECT_EQ(k.generated(), testing::have_compiler()) << k.why_generic();
+  check_kernel(k, 3, 12);
+  EXPECT_THROW(RmsNormKernel::get_async({0, 1e-5f}, o), Error);
+  auto g = GemmKernel::get_async({16, 8, true, false, Act::silu, false, false}, 32, o);
+  EXPECT_EQ(g.get().generated(), testing::have_compiler());
 }
 
 TEST(CodegenRmsNorm, NanAndInfinityPropagate) {

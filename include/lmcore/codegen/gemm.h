@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,9 @@ class GemmKernel {
   // Error for an invalid spec.
   static GemmKernel get(const GemmSpec& spec, std::int64_t M, const Options& options = Options::from_env(),
                         const GemmVariant* variant = nullptr);
+  // The same in the background; see RmsNormKernel::get_async. Throws Error at once for an invalid spec.
+  static std::future<GemmKernel> get_async(const GemmSpec& spec, std::int64_t M,
+                                           const Options& options = Options::from_env());
   static GemmKernel generic(const GemmSpec& spec);
 
   // Throws Error when an operand the spec needs is null or a leading dimension is too small.

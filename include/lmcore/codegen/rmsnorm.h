@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <future>
 #include <string>
 
 #include "lmcore/codegen/kernel_abi.h"
@@ -32,6 +33,12 @@ class RmsNormKernel {
   // invalid spec (hidden < 1, eps not finite or negative).
   static RmsNormKernel get(const RmsNormSpec& spec, const Options& options = Options::from_env(),
                            const RmsNormVariant* variant = nullptr);
+  // The same in the background (compiles run in their worker processes): the caller may wait on the
+  // future, or run generic(spec) until it is ready, e.g.
+  //   auto pending = RmsNormKernel::get_async(spec);  RmsNormKernel k = RmsNormKernel::generic(spec);
+  //   ... if (pending.valid() && pending.wait_for(0s) == std::future_status::ready) k = pending.get();
+  // Throws Error at once for an invalid spec.
+  static std::future<RmsNormKernel> get_async(const RmsNormSpec& spec, const Options& options = Options::from_env());
   // The precompiled generic kernel, no compiler involved.
   static RmsNormKernel generic(const RmsNormSpec& spec);
 
