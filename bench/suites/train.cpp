@@ -1,7 +1,7 @@
 // lmcore bench train — training throughput of lmcore's Llama against torch 1.13 eager training of the
 // same model (tests/python/llama_reference.py through bench/torch_train.py), same batch, same threads,
-// f32 and bf16 (torch.autocast for torch). Each side runs in its own process, so peak RSS is that
-// training's alone. MFU = model flops (6 x matmul parameters + the attention products per token) over
+// f32 and bf16 (torch.autocast for torch). Each side runs in its own fresh process (lmcore's re-executes
+// this binary with --train-child=MODEL,DTYPE,STEPS), so peak RSS is that training's alone. MFU = model flops (6 x matmul parameters + the attention products per token) over
 // the f32 sgemm / bf16 GEMM rate measured in this same run.
 //
 // Models: the built-in default (6 layers, dim 384, byte vocabulary, B 8 x T 256) and a GPT-2-small-sized
@@ -66,50 +66,69 @@ struct Measured {
   std::string error;
 };
 
-// Runs `steps` timed optimizer steps (after one warm-up) in a forked child; the child reports through a
-// pipe, so its peak RSS is this training's.
-Measured run_lmcore(const TrainCase& c, DType dtype, int steps) {
+constexpr const char* kChildFlag = "--train-child=";
+constexpr const char* kResultTag = "lmcore-train-child: ";
+
+// One measurement, in the process `lmcore bench train --train-child=MODEL,DTYPE,STEPS`: `steps` timed
+// optimizer steps after one warm-up. Prints "tokens/s step_s peak_rss_bytes first_loss" after the tag.
+std::string measure_lmcore(const TrainCase& c, DType dtype, int steps) {
+  std::string out;
+  try {
+    model::Llama m(c.config, {.batch = c.batch, .seq_len = c.seq, .compute = dtype});
+    m.init_weights(1);
+    train::AdamW opt(m.layout(), {});
+    std::vector<std::int32_t> x(static_cast<std::size_t>(c.batch * c.seq)), y(x.size());
+    std::uint64_t s = 1;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      x[i] = static_cast<std::int32_t>((s >> 33) % c.config.vocab_size);
+      y[i] = static_cast<std::int32_t>((s >> 13) % c.config.vocab_size);
+    }
+    std::vector<double> times;
+    double loss0 = 0;
+    for (int i = 0; i < 1 + steps; ++i) {
+      const auto t = Clock::now();
+      m.zero_grad();
+      const double loss = m.forward_backward(x.data(), y.data(), 1.0f).loss;
+      float* g = m.grads().data<float>();
+      const double norm = std::sqrt(train::grad_norm_squared(g, m.layout().size()));
+      train::clip_grad_norm(g, m.layout().size(), norm, 1.0);
+      opt.step(m.params().data<float>(), g, 1e-4);
+      m.params_updated();
+      if (i == 0) loss0 = loss;
+      if (i >= 1) times.push_back(std::chrono::duration<double>(Clock::now() - t).count());
+    }
+    std::sort(times.begin(), times.end());
+    const double med = times[times.size() / 2];
+    struct rusage ru {};
+    ::getrusage(RUSAGE_SELF, &ru);
+    out = fmt::format("{} {} {} {}", static_cast<double>(c.batch * c.seq) / med, med, ru.ru_maxrss * 1024.0, loss0);
+  } catch (const std::exception& e) {
+    out = std::string("error ") + e.what();
+  }
+  return out;
+}
+
+// Runs measure_lmcore in a fresh process (this executable again, exec'd after fork): a forked child
+// without exec shares the parent's resident pages, which its peak RSS then counts (the GPT-2-sized rows
+// read ~800 MiB more than the training itself held), and would inherit a pool without its threads.
+Measured run_lmcore(const TrainCase& c, const std::string& dtype, int steps) {
   int fds[2];
   if (::pipe(fds) != 0) return {.error = "pipe failed"};
+  const std::string arg = fmt::format("{}{},{},{}", kChildFlag, c.name, dtype, steps);
   const pid_t pid = ::fork();
+  if (pid < 0) return {.error = "fork failed"};
   if (pid == 0) {
+    ::dup2(fds[1], STDOUT_FILENO);
     ::close(fds[0]);
-    std::string out;
-    try {
-      model::Llama m(c.config, {.batch = c.batch, .seq_len = c.seq, .compute = dtype});
-      m.init_weights(1);
-      train::AdamW opt(m.layout(), {});
-      std::vector<std::int32_t> x(static_cast<std::size_t>(c.batch * c.seq)), y(x.size());
-      std::uint64_t s = 1;
-      for (std::size_t i = 0; i < x.size(); ++i) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        x[i] = static_cast<std::int32_t>((s >> 33) % c.config.vocab_size);
-        y[i] = static_cast<std::int32_t>((s >> 13) % c.config.vocab_size);
-      }
-      std::vector<double> times;
-      double loss0 = 0;
-      for (int i = 0; i < 1 + steps; ++i) {
-        const auto t = Clock::now();
-        m.zero_grad();
-        const double loss = m.forward_backward(x.data(), y.data(), 1.0f).loss;
-        float* g = m.grads().data<float>();
-        const double norm = std::sqrt(train::grad_norm_squared(g, m.layout().size()));
-        train::clip_grad_norm(g, m.layout().size(), norm, 1.0);
-        opt.step(m.params().data<float>(), g, 1e-4);
-        m.params_updated();
-        if (i == 0) loss0 = loss;
-        if (i >= 1) times.push_back(std::chrono::duration<double>(Clock::now() - t).count());
-      }
-      std::sort(times.begin(), times.end());
-      const double med = times[times.size() / 2];
-      struct rusage ru {};
-      ::getrusage(RUSAGE_SELF, &ru);
-      out = fmt::format("{} {} {} {}", static_cast<double>(c.batch * c.seq) / med, med, ru.ru_maxrss * 1024.0, loss0);
-    } catch (const std::exception& e) {
-      out = std::string("error ") + e.what();
-    }
-    (void)!::write(fds[1], out.data(), out.size());
-    ::_exit(0);
+    ::close(fds[1]);
+    char exe[] = "/proc/self/exe";
+    char a1[] = "bench", a2[] = "train";
+    std::vector<char> a3(arg.begin(), arg.end());
+    a3.push_back('\0');
+    char* argv[] = {exe, a1, a2, a3.data(), nullptr};
+    ::execv(exe, argv);
+    ::_exit(127);
   }
   ::close(fds[1]);
   std::string text;
@@ -118,13 +137,21 @@ Measured run_lmcore(const TrainCase& c, DType dtype, int steps) {
   while ((n = ::read(fds[0], buf, sizeof buf)) > 0) text.append(buf, static_cast<std::size_t>(n));
   ::close(fds[0]);
   int status = 0;
-  ::waitpid(pid, &status, 0);
+  struct rusage ru {};
+  ::wait4(pid, &status, 0, &ru);
   Measured r;
-  if (text.rfind("error", 0) == 0 || text.empty()) {
-    r.error = text.empty() ? fmt::format("worker died (status {})", status) : text;
+  const std::size_t at = text.find(kResultTag);
+  if (at == std::string::npos || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    r.error = fmt::format("worker exited with status {}: {}", status, text.substr(0, 300));
     return r;
   }
-  std::sscanf(text.c_str(), "%lf %lf %lf %lf", &r.tokens_per_s, &r.step_s, &r.peak_rss, &r.loss0);
+  const std::string result = text.substr(at + std::string(kResultTag).size());
+  if (result.rfind("error", 0) == 0) {
+    r.error = result;
+    return r;
+  }
+  std::sscanf(result.c_str(), "%lf %lf %lf %lf", &r.tokens_per_s, &r.step_s, &r.peak_rss, &r.loss0);
+  r.peak_rss = static_cast<double>(ru.ru_maxrss) * 1024.0;  // the whole process, as torch's side reports
   return r;
 }
 
@@ -174,6 +201,18 @@ std::vector<std::string> split(const std::string& s) {
 }  // namespace
 
 std::vector<BenchTable> run_train_suite(const BenchOptions& options) {
+  for (const std::string& a : options.args)
+    if (a.rfind(kChildFlag, 0) == 0) {  // the worker process of run_lmcore
+      const std::vector<std::string> spec = split(a.substr(std::string(kChildFlag).size()));
+      LMCORE_CHECK(spec.size() == 3, "bench train: {} wants MODEL,DTYPE,STEPS, got '{}'", kChildFlag, a);
+      for (const TrainCase& c : cases())
+        if (c.name == spec[0]) {
+          std::printf("%s%s\n", kResultTag, measure_lmcore(c, dtype_from_name(spec[1]), std::stoi(spec[2])).c_str());
+          std::fflush(stdout);
+          return {};
+        }
+      fail("bench train: {}: no model '{}'", kChildFlag, spec[0]);
+    }
   std::vector<std::string> models = options.quick ? std::vector<std::string>{"default"}
                                                   : std::vector<std::string>{"default", "gpt2"};
   std::vector<std::string> dtypes = {"f32", "bf16"};
@@ -190,8 +229,7 @@ std::vector<BenchTable> run_train_suite(const BenchOptions& options) {
   t.title = "lmcore train vs torch 1.13 eager (same model, batch, threads; one optimizer step = fwd + bwd + AdamW)";
   t.columns = {"model", "params", "dtype", "B x T", "lmcore tok/s", "torch tok/s", "x torch", "lmcore MFU",
                "torch MFU", "lmcore RSS MiB", "torch RSS MiB", "RSS / torch"};
-  // Every measurement of lmcore runs in a forked child, and the GEMM peak is measured after them: a child
-  // forked after this process started lmcore's thread pool would inherit a pool without its threads.
+  // Every measurement of lmcore runs in its own process (run_lmcore), torch's in its own Python process.
   struct Row {
     const TrainCase* c;
     std::string dtype;
@@ -208,7 +246,7 @@ std::vector<BenchTable> run_train_suite(const BenchOptions& options) {
     const double flops = probe.flops_per_step();
     for (const std::string& d : dtypes) {
       const DType dt = dtype_from_name(d);
-      measured.push_back({&c, d, flops, run_lmcore(c, dt, steps), run_torch(c, dt, steps, cfg_path)});
+      measured.push_back({&c, d, flops, run_lmcore(c, d, steps), run_torch(c, dt, steps, cfg_path)});
     }
   }
   std::map<std::string, double> peak;
