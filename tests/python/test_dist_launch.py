@@ -317,3 +317,27 @@ def test_lmcore_dist_launch_is_the_launcher_from_python(tmp_path):
     assert [l for l in lines if l.startswith("rc ")] == ["rc 0", "rc 4"], res.stdout
     assert "error launch: nnodes (--nnodes) 2 needs a store shared by every machine" in res.stdout, res.stdout
     assert "rank 1 exited with status 5 (--keep-going)" in res.stderr, res.stderr
+
+
+def test_all_to_all_with_split_sizes_on_a_group_of_one(tmp_path):
+    # The split tables are gathered over the group's transport, which a group of one does not have:
+    # this call crashed the process (a segfault in Gloo) before the fix.
+    script = tmp_path / "a2a_one.py"
+    script.write_text(PRELUDE + textwrap.dedent(f"""
+        pg = lmcore.dist.ProcessGroup(rank=0, world_size=1, store="file://{tmp_path}/store")
+        x = torch.arange(6, dtype=torch.float32)
+        y = torch.zeros(6)
+        pg.all_to_all_single(y, x, output_split_sizes=[6], input_split_sizes=[6])
+        assert y.tolist() == x.tolist(), y
+        try:
+            pg.all_to_all_single(torch.zeros(6), x, output_split_sizes=[5], input_split_sizes=[6])
+        except lmcore.Error as e:
+            print("refused:", e)
+        else:
+            raise SystemExit("a split table that does not add up was accepted")
+        print("ok")
+        """))
+    res = subprocess.run([PY, str(script)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.strip().endswith("ok"), res.stdout
+    assert "refused:" in res.stdout and "split" in res.stdout, res.stdout
