@@ -1,5 +1,9 @@
 #include "bench/suites/bench_suite.h"
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -172,6 +176,32 @@ nlohmann::json run_python_peer(const std::string& script, const std::string& arg
   nlohmann::json j = brace == std::string::npos ? nlohmann::json() : nlohmann::json::parse(out.substr(brace), nullptr, false);
   LMCORE_CHECK(rc == 0 && j.is_object(), "bench: '{}' failed (exit status {}): {}", cmd, rc, out.substr(0, 600));
   return j;
+}
+
+FreshRun run_bench_in_fresh_process(const std::string& suite, const std::string& arg) {
+  int fds[2];
+  LMCORE_CHECK(::pipe(fds) == 0, "bench {}: pipe() failed", suite);
+  const pid_t pid = ::fork();
+  LMCORE_CHECK(pid >= 0, "bench {}: fork() failed", suite);
+  if (pid == 0) {
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    char exe[] = "/proc/self/exe", bench[] = "bench";
+    std::string s = suite, a = arg;  // execv wants mutable strings
+    char* argv[] = {exe, bench, s.data(), a.data(), nullptr};
+    ::execv(exe, argv);
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  FreshRun r;
+  char buf[4096];
+  for (ssize_t k; (k = ::read(fds[0], buf, sizeof buf)) > 0;) r.output.append(buf, static_cast<std::size_t>(k));
+  ::close(fds[0]);
+  rusage usage{};
+  LMCORE_CHECK(::wait4(pid, &r.status, 0, &usage) == pid, "bench {}: wait4 failed", suite);
+  r.peak_rss_bytes = static_cast<double>(usage.ru_maxrss) * 1024.0;  // ru_maxrss is in KiB on Linux
+  return r;
 }
 
 double load_average_1min() {

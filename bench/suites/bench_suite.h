@@ -63,6 +63,16 @@ double time_best(const std::function<void()>& fn, double budget_seconds);
 // prints; throws lmcore::Error with the first lines of its output when it fails.
 nlohmann::json run_python_peer(const std::string& script, const std::string& args);
 
+// Runs `lmcore bench <suite> <arg>` as a fresh process: this executable re-executed after fork, so its
+// peak RSS counts none of this process's pages and it starts its own thread pool. Returns what it
+// printed on stdout, its wait status and its peak RSS in bytes.
+struct FreshRun {
+  std::string output;
+  int status = -1;
+  double peak_rss_bytes = 0;
+};
+FreshRun run_bench_in_fresh_process(const std::string& suite, const std::string& arg);
+
 // The 1-minute load average (/proc/loadavg), for notes: figures from a shared machine need it.
 double load_average_1min();
 

@@ -7,9 +7,7 @@
 //
 // "Extra peak" is the tracker's peak during the call minus what was allocated before it (inputs,
 // weight, the f32 d_weight buffer) minus d_hidden (a gradient the caller keeps).
-#include <sys/resource.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -131,33 +129,10 @@ struct ChildResult {
 
 // Re-runs this executable as `lmcore bench lce --lce-child=SPEC` and collects its result and peak RSS.
 ChildResult run_in_child(const Spec& spec) {
-  int fds[2];
-  LMCORE_CHECK(pipe(fds) == 0, "bench lce: pipe() failed");
-  const std::string arg = std::string(kChildFlag) + spec.encode();
-  const pid_t pid = fork();
-  LMCORE_CHECK(pid >= 0, "bench lce: fork() failed");
-  if (pid == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    close(fds[0]);
-    close(fds[1]);
-    char exe[] = "/proc/self/exe";
-    char a1[] = "bench", a2[] = "lce";
-    std::vector<char> a3(arg.begin(), arg.end());
-    a3.push_back('\0');
-    char* argv[] = {exe, a1, a2, a3.data(), nullptr};
-    execv(exe, argv);
-    _exit(127);
-  }
-  close(fds[1]);
-  std::string out;
-  char buf[4096];
-  for (ssize_t k; (k = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(k));
-  close(fds[0]);
-  int status = 0;
-  rusage usage{};
-  LMCORE_CHECK(wait4(pid, &status, 0, &usage) == pid, "bench lce: wait4 failed");
-  LMCORE_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "bench lce: child '{}' failed (status {}): {}",
-               spec.encode(), status, out);
+  const FreshRun run = run_bench_in_fresh_process("lce", std::string(kChildFlag) + spec.encode());
+  const std::string& out = run.output;
+  LMCORE_CHECK(WIFEXITED(run.status) && WEXITSTATUS(run.status) == 0, "bench lce: child '{}' failed (status {}): {}",
+               spec.encode(), run.status, out);
   const std::size_t at = out.find(kResultTag);
   LMCORE_CHECK(at != std::string::npos, "bench lce: child '{}' printed no result: {}", spec.encode(), out);
   const auto j = nlohmann::json::parse(out.substr(at + std::string(kResultTag).size()));
@@ -165,7 +140,7 @@ ChildResult run_in_child(const Spec& spec) {
   r.seconds = j["seconds"].get<double>();
   r.extra_mib = j["extra_peak_bytes"].get<double>() / (1 << 20);
   r.loss = j["loss"].get<double>();
-  r.rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+  r.rss_mib = run.peak_rss_bytes / (1 << 20);
   return r;
 }
 

@@ -7,7 +7,6 @@
 // Models: the built-in default (6 layers, dim 384, byte vocabulary, B 8 x T 256) and a GPT-2-small-sized
 // one (12 layers, dim 768, 12 heads, ffn 2048, vocab 32000, B 1 x T 1024). --quick: the default model
 // only, fewer steps. --models=default,gpt2 and --dtypes=f32,bf16 pick a subset; --steps=N.
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -70,7 +69,8 @@ constexpr const char* kChildFlag = "--train-child=";
 constexpr const char* kResultTag = "lmcore-train-child: ";
 
 // One measurement, in the process `lmcore bench train --train-child=MODEL,DTYPE,STEPS`: `steps` timed
-// optimizer steps after one warm-up. Prints "tokens/s step_s peak_rss_bytes first_loss" after the tag.
+// optimizer steps after one warm-up. Returns "tokens/s step_s first_loss" (or "error ..."); run_lmcore
+// takes the peak RSS from the process's end.
 std::string measure_lmcore(const TrainCase& c, DType dtype, int steps) {
   std::string out;
   try {
@@ -100,58 +100,31 @@ std::string measure_lmcore(const TrainCase& c, DType dtype, int steps) {
     }
     std::sort(times.begin(), times.end());
     const double med = times[times.size() / 2];
-    struct rusage ru {};
-    ::getrusage(RUSAGE_SELF, &ru);
-    out = fmt::format("{} {} {} {}", static_cast<double>(c.batch * c.seq) / med, med, ru.ru_maxrss * 1024.0, loss0);
+    out = fmt::format("{} {} {}", static_cast<double>(c.batch * c.seq) / med, med, loss0);
   } catch (const std::exception& e) {
     out = std::string("error ") + e.what();
   }
   return out;
 }
 
-// Runs measure_lmcore in a fresh process (this executable again, exec'd after fork): a forked child
-// without exec shares the parent's resident pages, which its peak RSS then counts (the GPT-2-sized rows
-// read ~800 MiB more than the training itself held), and would inherit a pool without its threads.
+// Runs measure_lmcore in a fresh process (run_bench_in_fresh_process): a forked child without exec
+// shares the parent's resident pages, which its peak RSS then counts (the GPT-2-sized rows read ~800 MiB
+// more than the training itself held), and would inherit a pool without its threads.
 Measured run_lmcore(const TrainCase& c, const std::string& dtype, int steps) {
-  int fds[2];
-  if (::pipe(fds) != 0) return {.error = "pipe failed"};
-  const std::string arg = fmt::format("{}{},{},{}", kChildFlag, c.name, dtype, steps);
-  const pid_t pid = ::fork();
-  if (pid < 0) return {.error = "fork failed"};
-  if (pid == 0) {
-    ::dup2(fds[1], STDOUT_FILENO);
-    ::close(fds[0]);
-    ::close(fds[1]);
-    char exe[] = "/proc/self/exe";
-    char a1[] = "bench", a2[] = "train";
-    std::vector<char> a3(arg.begin(), arg.end());
-    a3.push_back('\0');
-    char* argv[] = {exe, a1, a2, a3.data(), nullptr};
-    ::execv(exe, argv);
-    ::_exit(127);
-  }
-  ::close(fds[1]);
-  std::string text;
-  char buf[512];
-  ssize_t n;
-  while ((n = ::read(fds[0], buf, sizeof buf)) > 0) text.append(buf, static_cast<std::size_t>(n));
-  ::close(fds[0]);
-  int status = 0;
-  struct rusage ru {};
-  ::wait4(pid, &status, 0, &ru);
+  const FreshRun run = run_bench_in_fresh_process("train", fmt::format("{}{},{},{}", kChildFlag, c.name, dtype, steps));
   Measured r;
-  const std::size_t at = text.find(kResultTag);
-  if (at == std::string::npos || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    r.error = fmt::format("worker exited with status {}: {}", status, text.substr(0, 300));
+  const std::size_t at = run.output.find(kResultTag);
+  if (at == std::string::npos || !WIFEXITED(run.status) || WEXITSTATUS(run.status) != 0) {
+    r.error = fmt::format("worker exited with status {}: {}", run.status, run.output.substr(0, 300));
     return r;
   }
-  const std::string result = text.substr(at + std::string(kResultTag).size());
+  const std::string result = run.output.substr(at + std::string(kResultTag).size());
   if (result.rfind("error", 0) == 0) {
     r.error = result;
     return r;
   }
-  std::sscanf(result.c_str(), "%lf %lf %lf %lf", &r.tokens_per_s, &r.step_s, &r.peak_rss, &r.loss0);
-  r.peak_rss = static_cast<double>(ru.ru_maxrss) * 1024.0;  // the whole process, as torch's side reports
+  std::sscanf(result.c_str(), "%lf %lf %lf", &r.tokens_per_s, &r.step_s, &r.loss0);
+  r.peak_rss = run.peak_rss_bytes;  // the whole process, as torch's side reports
   return r;
 }
 
