@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "lmcore/base/sanitizer.h"
 #include "lmcore/core/error.h"
 
 namespace lmcore {
@@ -31,17 +32,7 @@ void raise_peak(std::size_t now) noexcept {
 // of an embedding backward (V = 50257, D = 768, f32). glibc maps such sizes directly anyway (its mmap
 // threshold tops out at 32 MiB), so only the alignment and the advice are new. Not under
 // AddressSanitizer, which checks heap blocks only.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kMapHugeBlocks = false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kMapHugeBlocks = false;
-#else
-constexpr bool kMapHugeBlocks = true;
-#endif
-#else
-constexpr bool kMapHugeBlocks = true;
-#endif
+constexpr bool kMapHugeBlocks = !kAddressSanitizer;
 constexpr std::size_t kHugeBlock = std::size_t{32} << 20, kHugePage = std::size_t{2} << 20;
 
 std::size_t mapped_length(std::size_t rounded) { return (rounded + kHugePage - 1) / kHugePage * kHugePage; }

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "lmcore/base/sanitizer.h"
 #include "lmcore/core/allocator.h"
 
 namespace lmcore {
@@ -110,18 +111,6 @@ TEST(Allocator, TracksCurrentAndPeak) {
   EXPECT_EQ(peak_bytes(), before);
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAsan = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kAsan = true;
-#else
-constexpr bool kAsan = false;
-#endif
-#else
-constexpr bool kAsan = false;
-#endif
-
 // Virtual memory of this process in KiB (/proc/self/status VmSize), to see that blocks are unmapped
 // whole.
 std::int64_t vm_size_kib() {
@@ -155,7 +144,7 @@ TEST(Allocator, BlocksAroundTheDirectMappingSizeAreAlignedWritableAndReturned) {
   }
   // Under AddressSanitizer every block comes from its heap, which holds freed blocks in quarantine
   // (VmSize grows by design), so the unmapping is checked in the other builds only.
-  if (kAsan) return;
+  if (kAddressSanitizer) return;
   release_cached_blocks();
   const std::int64_t vm_before = vm_size_kib();
   for (int i = 0; i < 20; ++i) {
@@ -171,7 +160,7 @@ TEST(Allocator, BlocksAroundTheDirectMappingSizeAreAlignedWritableAndReturned) {
 // A freed block of 32 MiB or more serves the next request of its size without a fresh mapping (which
 // the kernel zeroes page by page); a request of another size returns the cached blocks first.
 TEST(Allocator, FreedHugeBlocksServeTheNextRequestOfTheirSizeOnly) {
-  if (kAsan) return;  // heap blocks only under AddressSanitizer
+  if (kAddressSanitizer) return;  // heap blocks only under AddressSanitizer
   const std::size_t mib = std::size_t{1} << 20;
   release_cached_blocks();
   void* a = allocate_bytes(40 * mib);
