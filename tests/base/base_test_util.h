@@ -1,4 +1,5 @@
-// Helpers of the base tests: a temporary directory, file listing, expected errors, and running a
+// Helpers of the tests of every part (io, train and codegen include them too): a temporary directory,
+// whole-file reads and writes, file listing, expected errors, and running a
 // piece of code in a child process (for signals, and for calls that would block forever if broken).
 #pragma once
 
@@ -23,10 +24,13 @@ namespace lmcore::base::testing {
 class TempDir {
  public:
   TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "lmcore_base_test_XXXXXX").string();
+    std::string tmpl = (std::filesystem::temp_directory_path() / "lmcore_test_XXXXXX").string();
     path_ = ::mkdtemp(tmpl.data());
   }
-  ~TempDir() { std::filesystem::remove_all(path_); }
+  ~TempDir() {
+    std::error_code ec;  // a destructor must not throw: a test that left an unremovable entry still ends
+    std::filesystem::remove_all(path_, ec);
+  }
   std::string file(const std::string& name) const { return (std::filesystem::path(path_) / name).string(); }
   const std::string& path() const { return path_; }
   // Names in the directory, sorted.

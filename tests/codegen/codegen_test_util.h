@@ -16,26 +16,11 @@
 #include "lmcore/codegen/reference.h"
 #include "lmcore/codegen/runtime.h"
 #include "lmcore/codegen/spec.h"
+#include "tests/base/base_test_util.h"
 
 namespace lmcore::codegen::testing {
 
-// A fresh directory under $TMPDIR, removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    const char* t = std::getenv("TMPDIR");
-    std::string templ = std::string(t && *t ? t : "/tmp") + "/lmcore-codegen-test-XXXXXX";
-    path_ = ::mkdtemp(templ.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using base::testing::TempDir;
 
 // An executable /bin/sh script.
 inline std::string write_script(const std::string& path, const std::string& body) {

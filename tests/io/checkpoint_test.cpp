@@ -39,7 +39,7 @@ std::string torch_archive(const std::string& pickle, const std::vector<std::pair
     w.finish();
     out.commit();
   }
-  return testing::read_file(path);
+  return testing::slurp(path);
 }
 
 // Pickle of {'w': _rebuild_tensor_v2(storage('0', FloatStorage, numel), offset, size, stride, False, OrderedDict())}.
@@ -134,7 +134,7 @@ TEST(TorchZip, WritesOnlyTheRangeViewsUse) {
   const Tensor big = pattern_tensor({1000, 100}, DType::f32, 9);
   const std::string path = dir.file("s.pt");
   save_torch(path, {{"rows", big.narrow(0, 500, 2)}});
-  EXPECT_LT(testing::read_file(path).size(), 2000u);
+  EXPECT_LT(testing::slurp(path).size(), 2000u);
   const LoadResult r = load(path);
   EXPECT_EQ(tensor_bytes(r.tensors.at("rows")), tensor_bytes(big.narrow(0, 500, 2)));
 }
@@ -292,13 +292,13 @@ TEST(TorchZipHostile, ZipBombWithinDeflateRatioIsRefused) {
 TEST(AtomicWrite, AbandonedWriteLeavesTheOldFile) {
   testing::TempDir dir;
   const std::string path = dir.file("keep.safetensors");
-  testing::write_file(path, "old contents");
+  testing::spit(path, "old contents");
   {
     detail::AtomicFile f(path);
     f.write("new contents that never get committed");
     // destroyed without commit(): as if the process died mid-write
   }
-  EXPECT_EQ(testing::read_file(path), "old contents");
+  EXPECT_EQ(testing::slurp(path), "old contents");
   std::size_t files = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir.path())) files += e.is_regular_file();
   EXPECT_EQ(files, 1u);  // the temporary file is gone

@@ -1,4 +1,5 @@
-// Helpers shared by the io unit tests: temporary directories, byte buffers, expected errors.
+// Helpers shared by the io unit tests: byte buffers and tensors, plus the base tests' temporary
+// directory, file and error helpers.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 
 #include "lmcore/core/error.h"
 #include "lmcore/io/checkpoint.h"
+#include "tests/base/base_test_util.h"
 
 namespace lmcore::io::testing {
 
@@ -19,44 +21,11 @@ inline std::span<const std::byte> as_bytes(const std::string& s) {
   return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "lmcore_io_test_XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string file(const std::string& name) const { return (std::filesystem::path(path_) / name).string(); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-inline std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-inline void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
-// Runs fn and returns the lmcore::Error message (fails the test when nothing or something else is thrown).
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected lmcore::Error, got std::exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected lmcore::Error, nothing was thrown";
-  return "";
-}
+// The temporary directory, whole-file reads and writes and expected errors of the base tests.
+using base::testing::error_of;
+using base::testing::slurp;
+using base::testing::spit;
+using base::testing::TempDir;
 
 #define EXPECT_ERROR_HAS(stmt, needle)                                   \
   do {                                                                   \

@@ -58,7 +58,7 @@ TEST(Safetensors, WriterSortsNamesAndPadsHeader) {
   testing::TempDir dir;
   const std::string path = dir.file("b.safetensors");
   save_safetensors(path, {{"zeta", Tensor::full({2}, 1.0, DType::f32)}, {"alpha", Tensor::full({3}, 2.0, DType::bf16)}});
-  const std::string bytes = testing::read_file(path);
+  const std::string bytes = testing::slurp(path);
   std::uint64_t n;
   std::memcpy(&n, bytes.data(), 8);
   EXPECT_EQ(n % 8, 0u);
@@ -78,7 +78,7 @@ TEST(Safetensors, LoadIsZeroCopyAndCopyOnWrite) {
   testing::TempDir dir;
   const std::string path = dir.file("c.safetensors");
   save_safetensors(path, {{"w", Tensor::full({1024}, 3.0, DType::f32)}});
-  const std::string before = testing::read_file(path);
+  const std::string before = testing::slurp(path);
   {
     LoadResult r = load(path);
     const Tensor& w = r.tensors.at("w");
@@ -87,7 +87,7 @@ TEST(Safetensors, LoadIsZeroCopyAndCopyOnWrite) {
     Tensor(w).fill_(5.0);  // private mapping: the file does not change
     EXPECT_EQ(w.to_vector<float>()[0], 5.0f);
   }
-  EXPECT_EQ(testing::read_file(path), before);
+  EXPECT_EQ(testing::slurp(path), before);
   // The mapping outlives the LoadResult as long as a tensor holds it.
   Tensor keep = load(path).tensors.at("w");
   EXPECT_EQ(keep.to_vector<float>()[1023], 3.0f);
@@ -128,7 +128,7 @@ TEST(SafetensorsMalformed, TruncationAtEveryByte) {
   const std::string path = dir.file("f.safetensors");
   save_safetensors(path, {{"a", pattern_tensor({3}, DType::f32, 1)}, {"b", pattern_tensor({2, 2}, DType::bf16, 2)}},
                    {{"k", "v"}});
-  const std::string good = testing::read_file(path);
+  const std::string good = testing::slurp(path);
   for (std::size_t n = 0; n < good.size(); ++n) {
     const std::string msg = testing::error_of([&] { (void)load_bytes(as_bytes(good.substr(0, n)), "f"); });
     EXPECT_FALSE(msg.empty()) << "prefix of " << n << " bytes";
@@ -307,7 +307,7 @@ TEST(Safetensors, WriterHeaderIsByteExactCompactJson) {
   want["c"] = {{"dtype", "I64"}, {"shape", {0, 5}}, {"data_offsets", {26, 26}}};
   std::string text = want.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
-  const std::string bytes = testing::read_file(path);
+  const std::string bytes = testing::slurp(path);
   std::uint64_t n;
   std::memcpy(&n, bytes.data(), 8);
   EXPECT_EQ(bytes.substr(8, n), text);

@@ -26,7 +26,7 @@ TEST(TokenShard, RoundTripsUint16AndUint32) {
     const TokenShard s = TokenShard::open(path, vocab);
     EXPECT_EQ(s.token_bytes(), vocab <= 65536 ? 2 : 4) << vocab;
     ASSERT_EQ(s.size(), static_cast<std::int64_t>(ids.size()));
-    const std::string bytes = testing::read_file(path);
+    const std::string bytes = testing::slurp(path);
     EXPECT_EQ(bytes.size(), static_cast<std::size_t>(kTokenShardHeaderBytes) + ids.size() * s.token_bytes());
     std::vector<std::int32_t> out(ids.size());
     s.read(0, s.size(), out.data());
@@ -52,7 +52,7 @@ TEST(TokenShard, MalformedFilesNameTheFileAndTheValue) {
   testing::TempDir dir;
   const std::string path = dir.file("bad.bin");
   auto error_for = [&](const std::string& bytes, std::int64_t vocab = 0) {
-    testing::write_file(path, bytes);
+    testing::spit(path, bytes);
     return testing::error_of([&] { (void)TokenShard::open(path, vocab); });
   };
   std::string e = error_for("short");
@@ -83,7 +83,7 @@ TEST(TokenShard, MalformedFilesNameTheFileAndTheValue) {
   ok.append(reinterpret_cast<const char*>(toks), sizeof(toks));
   e = error_for(ok, 256);
   EXPECT_NE(e.find("token 260 at position 2 is >= vocab_size 256"), std::string::npos) << e;
-  testing::write_file(path, ok);
+  testing::spit(path, ok);
   EXPECT_EQ(TokenShard::open(path, 261).size(), 3);
 
   e = testing::error_of([&] { (void)TokenShard::open(dir.file("missing.bin")); });

@@ -23,7 +23,7 @@ std::string write_zip(const std::vector<std::pair<std::string, std::string>>& en
     w.finish();
     out.commit();
   }
-  return lmcore::io::testing::read_file(path);
+  return lmcore::io::testing::slurp(path);
 }
 
 std::string raw_deflate(const std::string& data) {

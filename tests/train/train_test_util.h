@@ -15,22 +15,11 @@
 #include "lmcore/core/error.h"
 #include "lmcore/io/token_shard.h"
 #include "lmcore/model/config.h"
+#include "tests/base/base_test_util.h"
 
 namespace lmcore::train::testing {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string t = (std::filesystem::temp_directory_path() / "lmcore_train_test_XXXXXX").string();
-    path_ = ::mkdtemp(t.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string file(const std::string& name) const { return (std::filesystem::path(path_) / name).string(); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using base::testing::TempDir;
 
 // A learnable stream: documents of a repeating pattern with a little noise, separated by eos (id 1).
 inline std::vector<std::uint32_t> synthetic_tokens(std::int64_t n, std::int64_t vocab, std::uint64_t seed) {
