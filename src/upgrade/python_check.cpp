@@ -114,18 +114,31 @@ using NameSet = std::unordered_set<std::string, StringHash, std::equal_to<>>;
 struct Unit {
   const TokenizedSource* src = nullptr;  // for text and positions (a field unit points at its parent)
   const Token* tok = nullptr;
-  const std::int32_t* match = nullptr;   // index of the matching bracket, or -1
+  const BracketPairs* pairs = nullptr;  // borrowed; null for a field unit (own_pairs: units get moved)
   int n = 0;
   int cell = 0;
   bool field = false;                    // an f-string replacement field
   std::vector<Token> own_tok;            // storage for field units
-  std::vector<std::int32_t> own_match;
+  BracketPairs own_pairs;
+
+  // Byte k of token i (an operator's first bytes decide most comparisons).
+  char byte(int i, std::uint32_t k) const { return src->source[tok[i].begin + k]; }
+  std::uint32_t size(int i) const { return tok[i].end - tok[i].begin; }
+  std::uint32_t line(int i) const { return src->line_of(tok[i].begin); }
+  // Index of the bracket matching token i, or -1 when token i is not a bracket.
+  int match(int i) const {
+    const Token& t = tok[i];
+    if (t.kind != TokKind::op || t.end - t.begin != 1) return -1;
+    const char c = byte(i, 0);
+    if (c != '(' && c != '[' && c != '{' && c != ')' && c != ']' && c != '}') return -1;
+    return pairs ? (*pairs)(i) : own_pairs(i);
+  }
 };
 
 void borrow_unit(Unit& u, const TokenizedSource& ts) {
   u.src = &ts;
   u.tok = ts.tokens.data();
-  u.match = ts.match.data();
+  u.pairs = &ts.match;
   u.n = static_cast<int>(ts.tokens.size());
 }
 
@@ -135,11 +148,10 @@ void own_unit(Unit& u, const TokenizedSource& parent, const TokenizedSource& sub
   for (Token& t : u.own_tok) {
     t.begin += shift;
     t.end += shift;
-    t.line = parent.line_of(t.begin);
   }
-  u.own_match = sub.match;
+  u.own_pairs = sub.match;
   u.tok = u.own_tok.data();
-  u.match = u.own_match.data();
+  u.pairs = nullptr;
   u.n = static_cast<int>(u.own_tok.size());
 }
 
@@ -167,7 +179,7 @@ std::unordered_map<std::uint32_t, NoqaLine> noqa_lines(const TokenizedSource& ts
     std::size_t j = 1;
     while (j < k && (c[j] == ' ' || c[j] == '\t')) ++j;
     if (j != k) continue;
-    NoqaLine& n = out[t.line];
+    NoqaLine& n = out[ts.line(t)];
     std::size_t p = k + 4;
     while (p < c.size() && c[p] == ' ') ++p;
     if (p < c.size() && c[p] == ':') {
@@ -304,9 +316,8 @@ class Checker {
   [[gnu::always_inline]] static bool is_op(const Unit& u, int i, std::string_view op) {
     if (i < 0 || i >= u.n) return false;
     const Token& t = u.tok[i];
-    // c0/c1 hold the op's first bytes, so most comparisons touch no source text.
-    if (t.kind != TokKind::op || t.c0 != op[0] || t.end - t.begin != op.size()) return false;
-    return op.size() < 2 || (t.c1 == op[1] && (op.size() < 3 || text(u, i) == op));
+    if (t.kind != TokKind::op || t.end - t.begin != op.size() || u.byte(i, 0) != op[0]) return false;
+    return op.size() < 2 || (u.byte(i, 1) == op[1] && (op.size() < 3 || text(u, i) == op));
   }
   static bool is_name(const Unit& u, int i) {
     return i >= 0 && i < u.n && u.tok[i].kind == TokKind::name;
@@ -410,9 +421,10 @@ class Checker {
     const Token& t = u.tok[tok_index];
     Finding f;
     f.cell = u.cell;
-    f.line = static_cast<int>(t.line);
-    f.col = static_cast<int>(u.src->column_of(t.line, t.begin));
-    const std::uint32_t end_line = t.end > t.begin ? u.src->line_of(t.end - 1) : t.line;
+    const std::uint32_t line = u.line(tok_index);
+    f.line = static_cast<int>(line);
+    f.col = static_cast<int>(u.src->column_of(line, t.begin));
+    const std::uint32_t end_line = t.end > t.begin ? u.src->line_of(t.end - 1) : line;
     f.end_line = static_cast<int>(end_line);
     f.end_col = static_cast<int>(u.src->column_of(end_line, t.end));
     f.code = std::string(code);
@@ -447,7 +459,7 @@ class Checker {
       if (t.kind == TokKind::dedent) { --indent; stmt_start = true; continue; }
       if (t.kind == TokKind::op) {
         if (t.end - t.begin != 1) continue;
-        const char o = t.c0;
+        const char o = u.byte(i, 0);
         if (o == '(' || o == '[' || o == '{') ++depth;
         else if (o == ')' || o == ']' || o == '}') depth = std::max(0, depth - 1);
         else if (depth == 0 && (o == ';' || o == ':')) stmt_start = true;
@@ -465,7 +477,7 @@ class Checker {
         const int name_i = w == "async" ? i + 2 : i + 1;
         if (indent == 0 && !ctx_.module.empty() && is_name(u, name_i))
           bind(text(u, name_i), fmt::format("{}.{}", ctx_.module, text(u, name_i)), false, false,
-               static_cast<int>(u.tok[name_i].line), true);
+               static_cast<int>(u.line(name_i)), true);
       } else if (is_op(u, i + 1, "=")) {
         // `name = dotted` (alias) or `name = torch.fn(...)` (a tensor).
         const int after = read_dotted(u, i + 2, parts);
@@ -473,7 +485,7 @@ class Checker {
         const std::string q = resolve(u, parts);
         if (q.empty()) continue;
         if (ends_statement(u, after) && starts_with(q, "torch")) {
-          bind(w, q, true, false, static_cast<int>(t.line), false, true);
+          bind(w, q, true, false, static_cast<int>(u.line(i)), false, true);
         } else if (is_op(u, after, "(") && returns_tensor(q)) {
           tensor_names_.insert(std::string(w));
         } else if (is_op(u, after, "(") && !starts_with(q, "torch") && !lookup(text(u, parts[0]))->local_def) {
@@ -505,10 +517,10 @@ class Checker {
       const std::string dotted = join(u, parts);
       imports_.push_back(dotted);
       if (is_word(u, i, "as") && is_name(u, i + 1)) {
-        bind(text(u, i + 1), dotted, true, false, static_cast<int>(u.tok[i].line));
+        bind(text(u, i + 1), dotted, true, false, static_cast<int>(u.line(i)));
         i += 2;
       } else {
-        bind(text(u, parts[0]), std::string(text(u, parts[0])), false, false, static_cast<int>(u.tok[i - 1].line));
+        bind(text(u, parts[0]), std::string(text(u, parts[0])), false, false, static_cast<int>(u.line(i - 1)));
       }
       if (!is_op(u, i, ",")) return i;
       ++i;
@@ -546,7 +558,7 @@ class Checker {
         local = i + 1;
         i += 2;
       }
-      bind(text(u, local), q, local != name_i, true, static_cast<int>(u.tok[name_i].line));
+      bind(text(u, local), q, local != name_i, true, static_cast<int>(u.line(name_i)));
       if (const Rename* r = find_rename(q)) {
         import_fixes_.push_back({&u, name_i, r, local != name_i ? std::string(text(u, local)) : std::string()});
       }
@@ -605,7 +617,7 @@ class Checker {
         if (is_op(u, i + 1, "=") && (is_op(u, i - 1, "(") || is_op(u, i - 1, ","))) continue;  // keyword arg
         if (is_op(u, i + 1, "=") && statement_start(u, i)) continue;  // an assignment target, not a use
         check_chain(u, i);
-      } else if (t.kind == TokKind::op && t.c0 == '(' && t.end - t.begin == 1 && i > 0 &&
+      } else if (t.kind == TokKind::op && t.end - t.begin == 1 && u.byte(i, 0) == '(' && i > 0 &&
                  i > import_until) {
         check_call(u, i);
       }
@@ -617,7 +629,7 @@ class Checker {
     const Binding* b = lookup(text(u, i));
     if (!b || b->from_import || b->aliased) return;
     if (const Rename* r = find_rename(b->qualified)) {
-      if (b->line != static_cast<int>(u.tok[i].line)) return;  // a nested def of the same name
+      if (b->line != static_cast<int>(u.line(i))) return;  // a nested def of the same name
       add_rename(u, i, *r, fmt::format("defines {}, renamed {} in PyTorch 2.13", r->qualified, r->new_name), true);
     }
   }
@@ -716,7 +728,7 @@ class Checker {
       return Receiver::unknown;
     }
     if (is_op(u, r, ")")) {
-      const int open = u.match[r];
+      const int open = u.match(r);
       if (open > 0 && is_name(u, open - 1)) {
         int h = open - 1;
         while (h >= 2 && is_op(u, h - 1, ".") && is_name(u, h - 2)) h -= 2;
@@ -735,7 +747,7 @@ class Checker {
 
   std::vector<Arg> parse_args(const Unit& u, int open) const {
     std::vector<Arg> args;
-    const int close = u.match[open];
+    const int close = u.match(open);
     if (close < 0) return args;
     int i = open + 1;
     while (i < close) {
@@ -749,7 +761,7 @@ class Checker {
         a.value = i;
       }
       while (i < close && !is_op(u, i, ",")) {
-        if (u.match[i] > i) i = u.match[i];
+        if (u.match(i) > i) i = u.match(i);
         ++i;
       }
       a.end = i;
@@ -768,7 +780,7 @@ class Checker {
   // "a" | ("a", "b") | ["a", "b"]
   bool string_or_strings(const Unit& u, int b, int e) const {
     if (all_strings(u, b, e)) return true;
-    if (e - b >= 3 && (is_op(u, b, "(") || is_op(u, b, "[")) && u.match[b] == e - 1) {
+    if (e - b >= 3 && (is_op(u, b, "(") || is_op(u, b, "[")) && u.match(b) == e - 1) {
       bool any = false;
       for (int k = b + 1; k < e - 1; ++k) {
         if (is_op(u, k, ",")) continue;
@@ -884,7 +896,7 @@ class Checker {
 
   // (("C1", 2), ("C2", 4)) or [["C1", 2], ...]
   bool named_shape(const Unit& u, int b, int e) const {
-    if (e - b < 3 || !(is_op(u, b, "(") || is_op(u, b, "[")) || u.match[b] != e - 1) return false;
+    if (e - b < 3 || !(is_op(u, b, "(") || is_op(u, b, "[")) || u.match(b) != e - 1) return false;
     const int inner = b + 1;
     return (is_op(u, inner, "(") || is_op(u, inner, "[")) && inner + 1 < e && u.tok[inner + 1].kind == TokKind::string;
   }
@@ -893,17 +905,17 @@ class Checker {
   // keyword of the dimension table, or an argument that starts with a string, or with a bracket
   // holding a string (a tuple of names, a named shape).
   bool call_might_match(const Unit& u, int open) const {
-    const int close = u.match[open];
+    const int close = u.match(open);
     if (close < 0) return false;
     bool arg_start = true;
     for (int i = open + 1; i < close; ++i) {
       const Token& t = u.tok[i];
       if (arg_start) {
         if (t.kind == TokKind::string) return true;
-        if (t.kind == TokKind::op && (t.c0 == '(' || t.c0 == '[') && t.end - t.begin == 1 && i + 1 < close) {
+        if (t.kind == TokKind::op && t.end - t.begin == 1 && (u.byte(i, 0) == '(' || u.byte(i, 0) == '[') && i + 1 < close) {
           const Token& n = u.tok[i + 1];
           if (n.kind == TokKind::string) return true;
-          if (n.kind == TokKind::op && (n.c0 == '(' || n.c0 == '[') && i + 2 < close &&
+          if (n.kind == TokKind::op && n.end - n.begin == 1 && (u.byte(i + 1, 0) == '(' || u.byte(i + 1, 0) == '[') && i + 2 < close &&
               u.tok[i + 2].kind == TokKind::string)
             return true;
         }
@@ -914,9 +926,9 @@ class Checker {
         if (w == "names" || is_dim_keyword(w)) return true;
       }
       if (t.kind == TokKind::op) {
-        if (u.match[i] > i) {
-          i = u.match[i];
-        } else if (t.c0 == ',' && t.end - t.begin == 1) {
+        if (u.match(i) > i) {
+          i = u.match(i);
+        } else if (t.end - t.begin == 1 && u.byte(i, 0) == ',') {
           arg_start = true;
         }
       }
@@ -928,7 +940,7 @@ class Checker {
   // (Dimname), or for Sequence[Dimname] also a tuple/list of them.
   bool dim_name_value(const Unit& u, int b, int e, DimKind kind) const {
     if (e - b == 1) return u.tok[b].kind == TokKind::string && is_dim_name_literal(text(u, b));
-    if (kind != DimKind::names || e - b < 3 || !(is_op(u, b, "(") || is_op(u, b, "[")) || u.match[b] != e - 1)
+    if (kind != DimKind::names || e - b < 3 || !(is_op(u, b, "(") || is_op(u, b, "[")) || u.match(b) != e - 1)
       return false;
     bool any = false;
     for (int k = b + 1; k < e - 1; ++k) {

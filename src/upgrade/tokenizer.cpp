@@ -67,6 +67,12 @@ std::uint32_t TokenizedSource::column_of(std::uint32_t line, std::uint32_t offse
   return chars + 1;
 }
 
+std::int32_t BracketPairs::operator()(std::int32_t i) const {
+  auto it = std::lower_bound(token.begin(), token.end(), i);
+  if (it == token.end() || *it != i) return -1;
+  return partner[static_cast<std::size_t>(it - token.begin())];
+}
+
 std::uint32_t TokenizedSource::line_of(std::uint32_t offset) const {
   auto it = std::upper_bound(line_starts.begin(), line_starts.end(), offset);
   return static_cast<std::uint32_t>(it - line_starts.begin());
@@ -225,7 +231,7 @@ class Lexer {
         const std::size_t b = pos_;
         consume_newline();
         const bool logical = brackets_.empty() && logical_has_tokens_;
-        emit(logical ? TokKind::newline : TokKind::nl, b, pos_, line_ - 1);
+        emit(logical ? TokKind::newline : TokKind::nl, b, pos_);
         if (logical) logical_has_tokens_ = false;
         at_line_start = brackets_.empty();
       } else if (c == '\\') {
@@ -255,7 +261,7 @@ class Lexer {
           emit(TokKind::op, pos_, pos_ + 1);
           ++pos_;
         } else if (c == '(' || c == '[' || c == '{') {
-          brackets_.push_back(Open{static_cast<char>(c), pos_, static_cast<std::int32_t>(out_.tokens.size())});
+          open_bracket(static_cast<char>(c));
           emit(TokKind::op, pos_, pos_ + 1);
           ++pos_;
         } else {
@@ -280,31 +286,30 @@ class Lexer {
   struct Open {
     char ch;
     std::size_t offset;
-    std::int32_t token;  // index of the opening token
+    std::size_t pair;  // index of the opening token's entry in out_.match
   };
 
   bool failed() const { return out_.error.has_value(); }
 
-  void emit(TokKind kind, std::size_t b, std::size_t e) { emit(kind, b, e, line_of_offset(b)); }
-  void emit(TokKind kind, std::size_t b, std::size_t e, std::uint32_t line) {
-    Token t{kind, 0, 0, static_cast<std::uint32_t>(b), static_cast<std::uint32_t>(e), line};
+  // Called before the opening token is emitted.
+  void open_bracket(char c) {
+    brackets_.push_back(Open{c, pos_, out_.match.token.size()});
+    out_.match.token.push_back(static_cast<std::int32_t>(out_.tokens.size()));
+    out_.match.partner.push_back(-1);
+  }
+
+  void emit(TokKind kind, std::size_t b, std::size_t e) {
+    Token t;
+    t.begin = static_cast<std::uint32_t>(b);
+    t.end = static_cast<std::uint32_t>(e);
+    t.kind = kind;
     if (kind == TokKind::comment) {
       out_.comments.push_back(t);
       return;
     }
     if (kind == TokKind::nl) return;
-    if (kind == TokKind::op) {
-      t.c0 = s_[b];
-      t.c1 = e - b > 1 ? s_[b + 1] : 0;
-    }
     out_.tokens.push_back(t);
-    out_.match.push_back(-1);
     if (kind != TokKind::newline && kind != TokKind::indent && kind != TokKind::dedent) logical_has_tokens_ = true;
-  }
-
-  // Tokens start on the current line except multi-line strings, whose start line is remembered.
-  std::uint32_t line_of_offset(std::size_t b) const {
-    return b >= out_.line_starts.back() ? line_ : out_.line_of(static_cast<std::uint32_t>(b));
   }
 
   void error_at(std::size_t offset, std::string message) {
@@ -391,11 +396,10 @@ class Lexer {
   }
 
   void scan_string_token(std::size_t begin) {
-    const std::uint32_t start_line = line_;
     const std::size_t end = scan_string(begin);
     if (failed()) return;
     pos_ = end;
-    emit(TokKind::string, begin, end, start_line);
+    emit(TokKind::string, begin, end);
   }
 
   // Scans a string literal starting at its prefix; returns the offset just past the closing quote.
@@ -593,7 +597,7 @@ class Lexer {
     }
     const auto index = static_cast<std::int32_t>(out_.tokens.size());
     if (len == 1 && (c == '(' || c == '[' || c == '{')) {
-      brackets_.push_back(Open{c, pos_, index});
+      open_bracket(c);
     } else if (len == 1 && (c == ')' || c == ']' || c == '}')) {
       if (brackets_.empty()) return error_at(pos_, fmt::format("unmatched '{}'", c));
       const Open open = brackets_.back();
@@ -602,8 +606,9 @@ class Lexer {
         return error_at(pos_, fmt::format("closing parenthesis '{}' does not match opening parenthesis '{}'", c, open.ch));
       brackets_.pop_back();
       emit(TokKind::op, pos_, pos_ + len);
-      out_.match[static_cast<std::size_t>(index)] = open.token;
-      out_.match[static_cast<std::size_t>(open.token)] = index;
+      out_.match.partner[open.pair] = index;
+      out_.match.token.push_back(index);
+      out_.match.partner.push_back(out_.match.token[open.pair]);
       pos_ += len;
       return;
     }
@@ -638,9 +643,10 @@ void tokenize_into(std::string_view source, TokenizedSource& out) {
   out.fstring_fields.clear();
   out.error.reset();
   out.utf8 = true;
-  if (source.size() >= 0xFFFFFFF0u) {
+  if (source.size() >= kMaxSourceBytes) {
     out.line_starts.push_back(0);
-    out.error = TokenizeError{1, 1, 0, fmt::format("file is {} bytes; upgrade-check reads files under 4 GiB", source.size())};
+    out.error = TokenizeError{1, 1, 0, fmt::format("file is {} bytes; upgrade-check tokenizes files under {} bytes (256 MiB)",
+                                                   source.size(), kMaxSourceBytes)};
     return;
   }
   const std::string cookie = coding_cookie(source);
@@ -679,8 +685,10 @@ void tokenize_into(std::string_view source, TokenizedSource& out) {
     out.error = std::move(e);
     return;
   }
-  out.tokens.reserve(source.size() / 4 + 16);
-  out.match.reserve(source.size() / 4 + 16);
+  // Every token but a DEDENT takes at least one byte, so this is nearly always enough: the list never
+  // doubles (a doubling holds the old and the new buffer at once). Pages past the tokens written are
+  // reserved address space, not memory.
+  out.tokens.reserve(source.size() + 16);
   Lexer(source, out).run();
 }
 

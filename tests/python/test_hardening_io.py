@@ -328,3 +328,44 @@ def test_upgrade_check_checks_a_named_file_whatever_its_name(tmp_path):
     (tmp_path / "launch_job").unlink()
     assert run_cli("upgrade-check", "--no-cuda-env", tmp_path, check=False).returncode == 0
     assert run_cli("upgrade-check", "--no-cuda-env", tmp_path / "notes.txt", check=False).returncode == 1
+
+
+# Runs argv[1:] from a fresh, small interpreter and prints its exit status and peak RSS. A child forked
+# from this test process would report this process's peak instead (exec keeps the old high-water mark).
+_PEAK_RSS_PROBE = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    fd = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.execv(sys.argv[1], sys.argv[1:])
+_, status, usage = os.wait4(pid, 0)
+print(os.waitstatus_to_exitcode(status), usage.ru_maxrss * 1024)
+"""
+
+
+def _peak_rss_bytes(*args):
+    r = subprocess.run([sys.executable, "-c", _PEAK_RSS_PROBE, str(CLI), *map(str, args)],
+                       capture_output=True, text=True, check=True)
+    rc, peak = map(int, r.stdout.split())
+    return rc, peak
+
+
+@pytest.mark.parametrize("item,tokens,brackets", [("0, ", 2, 0), ("a+b*c-1, ", 8, 0), ("f(x)[0], ", 8, 4)])
+def test_upgrade_check_memory_is_a_small_multiple_of_a_single_line_file(tmp_path, item, tokens, brackets):
+    # One 24 MB logical line of tiny tokens: the tokenizer's lists are the only thing that grows with
+    # it. It used to take 19-25x the file (16-byte tokens, a per-token bracket table, a vector that
+    # doubled); now the file + 8 bytes a token + 8 bytes a bracket, reserved once: 6-12x here.
+    small = tmp_path / "small.py"
+    small.write_text("x = [0]\n")
+    big = tmp_path / "big.py"
+    n = 24_000_000 // len(item)
+    big.write_text("x = [" + item * n + "]\n")
+    size = big.stat().st_size
+    rc_small, base = _peak_rss_bytes("upgrade-check", "--no-cuda-env", "--no-prefilter", small)
+    rc_big, peak = _peak_rss_bytes("upgrade-check", "--no-cuda-env", "--no-prefilter", big)
+    assert (rc_small, rc_big) == (0, 0)
+    model = size + 8 * tokens * n + 8 * brackets * n
+    print(f"{item!r}: {(peak - base) / size:.2f}x the file, {(peak - base) / model:.3f}x the model")
+    assert peak - base <= 1.1 * model, f"{item!r}: {peak - base} bytes above the baseline, model {model}"

@@ -64,16 +64,23 @@ TEST(UpgradeTokenizer, FStringFieldsAreRecorded) {
 TEST(UpgradeTokenizer, BracketsAreMatched) {
   auto ts = tokenize("f(a[1], {2: (3)})\n");
   ASSERT_FALSE(ts.error) << ts.error->message;
-  ASSERT_EQ(ts.match.size(), ts.tokens.size());
+  int brackets = 0;
   for (std::size_t i = 0; i < ts.tokens.size(); ++i) {
     const std::string_view t = ts.text(ts.tokens[i]);
+    const int m = ts.match(static_cast<int>(i));
     if (t == "(" || t == "[" || t == "{") {
-      ASSERT_GT(ts.match[i], static_cast<int>(i)) << i;
-      const std::string_view c = ts.text(ts.tokens[static_cast<std::size_t>(ts.match[i])]);
+      ++brackets;
+      ASSERT_GT(m, static_cast<int>(i)) << i;
+      const std::string_view c = ts.text(ts.tokens[static_cast<std::size_t>(m)]);
       EXPECT_EQ(c, t == "(" ? ")" : t == "[" ? "]" : "}");
-      EXPECT_EQ(ts.match[static_cast<std::size_t>(ts.match[i])], static_cast<int>(i));
+      EXPECT_EQ(ts.match(m), static_cast<int>(i));
+    } else if (t != ")" && t != "]" && t != "}") {
+      EXPECT_EQ(m, -1) << t;
     }
   }
+  EXPECT_EQ(brackets, 4);
+  // Only bracket tokens have entries: no per-token table.
+  EXPECT_EQ(ts.match.token.size(), 8u);
   // Reusing a TokenizedSource gives the same result as a fresh one.
   TokenizedSource reused = tokenize("x = 'long string' # c\n(\n");
   tokenize_into("f(a[1], {2: (3)})\n", reused);
@@ -92,12 +99,44 @@ TEST(UpgradeTokenizer, ContinuationsCrlfAndLines) {
   EXPECT_EQ(ts.tokens.back().kind, TokKind::endmarker);
   // y is on physical line 3; 4 on line 4, column 2.
   for (const auto& t : ts.tokens) {
-    if (ts.text(t) == "y") { EXPECT_EQ(t.line, 3u); }
+    if (ts.text(t) == "y") { EXPECT_EQ(ts.line(t), 3u); }
     if (ts.text(t) == "4") {
-      EXPECT_EQ(t.line, 4u);
-      EXPECT_EQ(ts.column_of(t.line, t.begin), 2u);
+      EXPECT_EQ(ts.line(t), 4u);
+      EXPECT_EQ(ts.column_of(ts.line(t), t.begin), 2u);
     }
   }
+  // A multi-line string is on the line it starts on; the NEWLINE after it on the line it ends on.
+  auto ml = tokenize("a = '''one\ntwo\nthree''' # c\nb\n");
+  ASSERT_FALSE(ml.error) << ml.error->message;
+  ASSERT_EQ(ml.tokens.size(), 7u);  // a = STRING NEWLINE b NEWLINE ENDMARKER
+  EXPECT_EQ(ml.line(ml.tokens[2]), 1u);
+  EXPECT_EQ(ml.tokens[3].kind, TokKind::newline);
+  EXPECT_EQ(ml.line(ml.tokens[3]), 3u);
+  EXPECT_EQ(ml.line(ml.comments.at(0)), 3u);
+  EXPECT_EQ(ml.line(ml.tokens[4]), 4u);
+}
+
+TEST(UpgradeTokenizer, TokensAreEightBytesAndReservedOnce) {
+  static_assert(sizeof(Token) == 8);
+  std::string src = "x = [";
+  for (int i = 0; i < 100000; ++i) src += "0, ";
+  src += "]\n";
+  auto ts = tokenize(src);
+  ASSERT_FALSE(ts.error) << ts.error->message;
+  EXPECT_EQ(ts.tokens.size(), 200000u + 6);  // x = [ ] NEWLINE ENDMARKER, and each 0 and comma
+  EXPECT_LE(ts.tokens.capacity(), src.size() + 16);  // one reservation, never doubled
+  EXPECT_EQ(ts.match.token.size(), 2u);
+  EXPECT_EQ(ts.match(2), static_cast<int>(ts.tokens.size()) - 3);
+}
+
+TEST(UpgradeTokenizer, SourcesOver256MiBAreRefused) {
+  // A view of kMaxSourceBytes whose bytes are never read: the size alone decides.
+  static const char one = 'x';
+  const std::string_view huge(&one, kMaxSourceBytes);
+  auto ts = tokenize(huge);
+  ASSERT_TRUE(ts.error);
+  EXPECT_NE(ts.error->message.find("268435440 bytes"), std::string::npos) << ts.error->message;
+  EXPECT_NE(ts.error->message.find("256 MiB"), std::string::npos) << ts.error->message;
 }
 
 TEST(UpgradeTokenizer, IndentDedentWithTabs) {
@@ -118,7 +157,7 @@ TEST(UpgradeTokenizer, ColumnsCountCharactersNotBytes) {
   auto ts = tokenize("s = 'é€'; x.names\n");
   ASSERT_FALSE(ts.error) << ts.error->message;
   for (const auto& t : ts.tokens) {
-    if (ts.text(t) == "names") { EXPECT_EQ(ts.column_of(t.line, t.begin), 13u); }
+    if (ts.text(t) == "names") { EXPECT_EQ(ts.column_of(ts.line(t), t.begin), 13u); }
   }
 }
 
@@ -178,7 +217,7 @@ TEST(UpgradeTokenizer, CodingCookies) {
   ASSERT_FALSE(ts.error) << ts.error->message;
   EXPECT_FALSE(ts.utf8);
   for (const auto& t : ts.tokens) {
-    if (ts.text(t) == "names") { EXPECT_EQ(ts.column_of(t.line, t.begin), 12u); }
+    if (ts.text(t) == "names") { EXPECT_EQ(ts.column_of(ts.line(t), t.begin), 12u); }
   }
   auto bad = tokenize("# coding: shift_jis\nx = 1\n");
   ASSERT_TRUE(bad.error);

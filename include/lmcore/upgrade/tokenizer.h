@@ -45,12 +45,27 @@ enum class TokKind : std::uint8_t {
 
 const char* tok_kind_name(TokKind kind);
 
+// 8 bytes: a token per source byte is possible (`x=[0,0,...]`), so the token list is the tokenizer's
+// memory; the line and an operator's bytes are found from the offsets instead of being stored.
 struct Token {
-  TokKind kind;
-  char c0 = 0, c1 = 0;      // first two bytes of an op token (fast comparisons); 0 otherwise
-  std::uint32_t begin = 0;  // byte offsets into the source, [begin, end)
-  std::uint32_t end = 0;
-  std::uint32_t line = 0;   // 1-based physical line of `begin`
+  std::uint32_t begin = 0;               // byte offsets into the source, [begin, end)
+  std::uint32_t end : 28 = 0;            // sources are limited to kMaxSourceBytes
+  TokKind kind : 4 = TokKind::endmarker;
+};
+static_assert(sizeof(Token) == 8);
+
+// Largest source `tokenize` accepts (offsets are 28-bit); larger ones get an `error`.
+inline constexpr std::size_t kMaxSourceBytes = (std::size_t{1} << 28) - 16;
+
+// Matching brackets, kept for bracket tokens only (a per-token table would cost 4 bytes a token).
+struct BracketPairs {
+  std::vector<std::int32_t> token;    // indices of the bracket tokens, increasing
+  std::vector<std::int32_t> partner;  // index of the matching bracket token (-1 while unclosed)
+
+  // Index of the token matching token `i`, or -1 if `i` is not a (closed) bracket.
+  std::int32_t operator()(std::int32_t i) const;
+  void clear() { token.clear(); partner.clear(); }
+  bool operator==(const BracketPairs&) const = default;
 };
 
 struct TokenizeError {
@@ -65,21 +80,23 @@ struct TokenizedSource {
   std::string_view source;              // the bytes tokenized (not owned)
   std::vector<Token> tokens;               // code tokens: everything but comments (and NL)
   std::vector<Token> comments;             // comment tokens, in order
-  std::vector<std::int32_t> match;         // per token: index of the matching bracket, or -1
+  BracketPairs match;                      // match(i): index of the bracket matching token i, or -1
   std::vector<std::uint32_t> line_starts;  // byte offset of each physical line; line_starts[0] == 0
   std::vector<std::pair<std::uint32_t, std::uint32_t>> fstring_fields;  // expression byte ranges
   std::optional<TokenizeError> error;
   bool utf8 = true;  // false when a coding cookie names a single-byte encoding (1 byte == 1 char)
 
   std::string_view text(const Token& t) const { return source.substr(t.begin, t.end - t.begin); }
+  // 1-based physical line of the token's first byte.
+  std::uint32_t line(const Token& t) const { return line_of(t.begin); }
   // 1-based column, in characters (as flake8 and ruff count), of byte `offset` on physical `line`.
   std::uint32_t column_of(std::uint32_t line, std::uint32_t offset) const;
   // Line (1-based) that contains byte `offset`.
   std::uint32_t line_of(std::uint32_t offset) const;
 };
 
-// Tokenizes `source`. Never throws for bad input; see `error`. Sources over 4 GiB are rejected
-// through `error` (offsets are 32-bit to keep tokens at 16 bytes).
+// Tokenizes `source`. Never throws for bad input; see `error`. Sources of kMaxSourceBytes (256 MiB)
+// or more are rejected through `error`. Memory: the source's size times about 8 bytes per token.
 TokenizedSource tokenize(std::string_view source);
 // The same into `out`, reusing its vectors' capacity (one per worker thread saves the allocations).
 void tokenize_into(std::string_view source, TokenizedSource& out);
