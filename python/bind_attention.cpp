@@ -34,9 +34,9 @@ MaskMod mask_from_callable(py::function fn) {
 
 ScoreFunction score_from_callable(py::function fn) {
   auto f = hold(std::move(fn));
-  return [f](float s, std::int64_t b, std::int64_t h, std::int64_t q, std::int64_t kv) {
+  return [f](double s, std::int64_t b, std::int64_t h, std::int64_t q, std::int64_t kv) {
     py::gil_scoped_acquire gil;
-    return py::float_((*f)(s, b, h, q, kv)).cast<float>();
+    return py::float_((*f)(s, b, h, q, kv)).cast<double>();
   };
 }
 
@@ -61,9 +61,10 @@ std::vector<std::int64_t> to_ids(const py::object& o) {
   return to_tensor(o, "doc_ids").to_vector<std::int64_t>();
 }
 
-std::vector<float> to_floats(const py::object& o, const char* name) {
-  if (py::isinstance<py::list>(o) || py::isinstance<py::tuple>(o)) return o.cast<std::vector<float>>();
-  return to_tensor(o, name).to_vector<float>();
+// Tables as f64 (an f32 array exactly); the f32 kernels round them to f32, the f64 kernels keep them.
+std::vector<double> to_doubles(const py::object& o, const char* name) {
+  if (py::isinstance<py::list>(o) || py::isinstance<py::tuple>(o)) return o.cast<std::vector<double>>();
+  return to_tensor(o, name).to_vector<double>();
 }
 
 }  // namespace
@@ -111,13 +112,13 @@ void bind_attention(py::module_& m) {
   py::class_<ScoreMod>(m, "ScoreMod", "A function of each attention score (after scaling), chained with then().")
       .def(py::init<>())
       .def_static("relative_position_bias",
-                  [](const py::object& bias, std::int64_t r) { return ScoreMod::relative_position_bias(to_floats(bias, "bias"), r); },
+                  [](const py::object& bias, std::int64_t r) { return ScoreMod::relative_position_bias(to_doubles(bias, "bias"), r); },
                   py::arg("bias"), py::arg("max_distance"),
                   "score + bias[h][clamp(q - kv, -R, R) + R], bias flattened from [heads or 1, 2R + 1]")
-      .def_static("alibi", [](const py::object& slopes) { return ScoreMod::alibi(to_floats(slopes, "slopes")); },
+      .def_static("alibi", [](const py::object& slopes) { return ScoreMod::alibi(to_doubles(slopes, "slopes")); },
                   py::arg("slopes"), "score + slopes[h] * (kv - q)")
       .def_static("alibi_slopes", &ScoreMod::alibi_slopes, py::arg("heads"))
-      .def_static("softcap", &ScoreMod::softcap, py::arg("cap"), py::arg("trainable") = false,
+      .def_static("softcap", [](double cap, bool trainable) { return ScoreMod::softcap(cap, trainable); }, py::arg("cap"), py::arg("trainable") = false,
                   "cap * tanh(score / cap); trainable: the cap is a parameter (a gradient of shape [1])")
       .def_static("from_function",
                   [](py::function fn, const py::object& derivative) {
@@ -209,13 +210,14 @@ void bind_attention(py::module_& m) {
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("block_mask") = nullptr, py::arg("score_mod") = py::none(),
       py::arg("scale") = 0.0, py::arg("return_lse") = false,
-      "q [B, Hq, L, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv] -> out [B, Hq, L, Dv] (and lse [B, Hq, L] f32).");
+      "q [B, Hq, L, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv] -> out [B, Hq, L, Dv] (and lse [B, Hq, L] f32, f64 for f64 "
+      "inputs).");
 
   m.def(
       "flex_attention_backward",
       [](const py::object& q, const py::object& k, const py::object& v, const py::object& out, const py::object& lse,
          const py::object& d_out, const BlockMask* block_mask, const py::object& score_mod, double scale,
-         bool return_score_mod_grads) {
+         bool return_score_mod_grads, const py::object& d_lse) {
         FlexOptions o;
         o.block_mask = block_mask;
         o.score_mod = to_score_mod(score_mod);
@@ -223,19 +225,21 @@ void bind_attention(py::module_& m) {
         o.score_mod_grads = return_score_mod_grads;
         const Tensor tq = to_tensor(q, "q"), tk = to_tensor(k, "k"), tv = to_tensor(v, "v");
         const Tensor to = to_tensor(out, "out"), tl = to_tensor(lse, "lse"), tg = to_tensor(d_out, "d_out");
+        const Tensor tdl = d_lse.is_none() ? Tensor() : to_tensor(d_lse, "d_lse");
         FlexGrads g;
         {
           py::gil_scoped_release release;
-          g = flex_attention_backward(tq, tk, tv, to, tl, tg, o);
+          g = flex_attention_backward(tq, tk, tv, to, tl, tg, tdl, o);
         }
         if (return_score_mod_grads) return py::make_tuple(g.dq, g.dk, g.dv, py::cast(g.score_mod_grads));
         return py::make_tuple(g.dq, g.dk, g.dv);
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("d_out"),
       py::arg("block_mask") = nullptr, py::arg("score_mod") = py::none(), py::arg("scale") = 0.0,
-      py::arg("return_score_mod_grads") = false,
-      "Gradients (dq, dk, dv) of flex_attention, deterministic at a fixed thread count. With "
-      "return_score_mod_grads: (dq, dk, dv, grads), grads a list with the f32 gradient of each parameter table of "
+      py::arg("return_score_mod_grads") = false, py::arg("d_lse") = py::none(),
+      "Gradients (dq, dk, dv) of flex_attention, deterministic at a fixed thread count; d_lse [B, Hq, L]: a "
+      "gradient on lse too (None: none). With "
+      "return_score_mod_grads: (dq, dk, dv, grads), grads a list with the f32 (f64 for f64 inputs) gradient of each parameter table of "
       "score_mod in chain order (relative_position_bias [rows, 2R + 1], alibi [slopes]).");
 
   auto sdpa_options = [](const py::object& attn_mask, bool causal, double scale) {

@@ -1,6 +1,7 @@
 // flex_attention and its backward: argument checks, dtype handling, and the calls into the kernels of
 // flex_forward.cpp / flex_backward.cpp: bf16 inputs stay bf16 and meet the matrix units when gemm_lowp
-// runs on oneDNN here; every other case (f32, f16, bf16 without AVX-512 BF16) is widened once to f32.
+// runs on oneDNN here; f64 inputs run the f64 kernels (f64 out, lse and gradients); every other case
+// (f32, f16, bf16 without AVX-512 BF16) is widened once to f32.
 #include "lmcore/attention/flex_attention.h"
 
 #include <cmath>
@@ -15,8 +16,9 @@ namespace {
 
 void check_float(const Tensor& t, const char* op, const char* name) {
   LMCORE_CHECK(t.defined(), "{}: '{}' is undefined", op, name);
-  LMCORE_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16 || t.dtype() == DType::f16,
-               "{}: '{}' must be f32, bf16 or f16, found {}", op, name, t.dtype());
+  LMCORE_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16 || t.dtype() == DType::f16 ||
+                   t.dtype() == DType::f64,
+               "{}: '{}' must be f32, bf16, f16 or f64, found {}", op, name, t.dtype());
 }
 
 }  // namespace
@@ -49,8 +51,8 @@ AttentionShape check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, doub
   LMCORE_CHECK(sh.head_dim >= 1 && sh.head_dim <= 256 && sh.value_dim >= 1 && sh.value_dim <= 256,
                "{}: head dims must be in [1, 256], found D = {}, Dv = {}", op, sh.head_dim, sh.value_dim);
   LMCORE_CHECK(std::isfinite(scale), "{}: scale must be finite, found {}", op, scale);
-  sh.scale = scale == 0.0 ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(sh.head_dim)))
-                          : static_cast<float>(scale);
+  // The f32 kernels round it to f32, the f64 kernels take it as it is.
+  sh.scale = scale == 0.0 ? 1.0 / std::sqrt(static_cast<double>(sh.head_dim)) : scale;
   return sh;
 }
 
@@ -70,6 +72,9 @@ void check_block_mask(const BlockMask& bm, const AttentionShape& sh, const char*
   LMCORE_ASSERT_EQ(bm.partial_t.rows(), bm.batch * bm.heads * bm.num_kv_blocks);
 }
 
+// What the kernels compute in (and return lse, the gradients and the parameter gradients in).
+DType compute_dtype(DType input) { return input == DType::f64 ? DType::f64 : DType::f32; }
+
 Tensor as_f32_contiguous(const Tensor& t) { return t.to(DType::f32).contiguous(); }
 
 // Whether tensors of this dtype go to the kernels as they are (bf16 on the matrix units).
@@ -79,9 +84,14 @@ FlexResult forward(const Tensor& q, const Tensor& k, const Tensor& v, const Bloc
                    const AttentionShape& sh, const char* op) {
   check_block_mask(bm, sh, op);
   mod.check_heads(sh.q_heads, op);
-  Tensor out = Tensor::empty({sh.batch, sh.q_heads, sh.q_len, sh.value_dim}, DType::f32);
-  Tensor lse = Tensor::empty({sh.batch, sh.q_heads, sh.q_len}, DType::f32);
-  if (on_matrix_units(q.dtype())) {
+  const DType acc = compute_dtype(q.dtype());
+  Tensor out = Tensor::empty({sh.batch, sh.q_heads, sh.q_len, sh.value_dim}, acc);
+  Tensor lse = Tensor::empty({sh.batch, sh.q_heads, sh.q_len}, acc);
+  if (acc == DType::f64) {
+    const Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
+    flex_forward(sh, bm, mod, qc.data<double>(), kc.data<double>(), vc.data<double>(), out.data<double>(),
+                 lse.data<double>());
+  } else if (on_matrix_units(q.dtype())) {
     const Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
     flex_forward(sh, bm, mod, qc.data<bf16>(), kc.data<bf16>(), vc.data<bf16>(), out.data<float>(), lse.data<float>());
   } else {
@@ -94,7 +104,7 @@ FlexResult forward(const Tensor& q, const Tensor& k, const Tensor& v, const Bloc
 
 FlexGrads backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                    const Tensor& d_out, const BlockMask& bm, const ScoreMod& mod, const AttentionShape& sh,
-                   const char* op, bool score_mod_grads) {
+                   const char* op, bool score_mod_grads, const Tensor& d_lse) {
   check_block_mask(bm, sh, op);
   mod.check_heads(sh.q_heads, op);
   LMCORE_CHECK(mod.has_derivative(),
@@ -105,36 +115,57 @@ FlexGrads backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
                shape_str(out_shape), out.defined() ? shape_str(out.shape()) : "undefined");
   LMCORE_CHECK(d_out.defined() && d_out.shape() == out_shape, "{}: 'd_out' must have shape {}, found {}", op,
                shape_str(out_shape), d_out.defined() ? shape_str(d_out.shape()) : "undefined");
+  const DType acc = compute_dtype(q.dtype());
   const Shape lse_shape{sh.batch, sh.q_heads, sh.q_len};
-  LMCORE_CHECK(lse.defined() && lse.shape() == lse_shape && lse.dtype() == DType::f32,
-               "{}: 'lse' must be f32 of shape {}, found {}", op, shape_str(lse_shape),
-               lse.defined() ? lse.describe() : "undefined");
+  LMCORE_CHECK(lse.defined() && lse.shape() == lse_shape && lse.dtype() == acc,
+               "{}: 'lse' must be {} of shape {} (as the forward returns it for {} inputs), found {}", op, acc,
+               shape_str(lse_shape), q.dtype(), lse.defined() ? lse.describe() : "undefined");
   check_float(out, op, "out");
   check_float(d_out, op, "d_out");
   const Tensor l32 = lse.contiguous();
-  Tensor dq = Tensor::empty(q.shape(), DType::f32), dk = Tensor::empty(k.shape(), DType::f32),
-         dv = Tensor::empty(v.shape(), DType::f32);
+  // d_lse in the compute dtype, like lse (any float dtype is taken: it is a gradient from outside).
+  Tensor dl;
+  if (d_lse.defined()) {
+    check_float(d_lse, op, "d_lse");
+    LMCORE_CHECK(d_lse.shape() == lse_shape, "{}: 'd_lse' must have lse's shape {}, found {}", op,
+                 shape_str(lse_shape), shape_str(d_lse.shape()));
+    dl = d_lse.to(acc).contiguous();
+  }
+  Tensor dq = Tensor::empty(q.shape(), acc), dk = Tensor::empty(k.shape(), acc), dv = Tensor::empty(v.shape(), acc);
   const std::vector<std::vector<std::int64_t>> param_shapes = score_mod_grads ? mod.parameter_shapes()
                                                                              : std::vector<std::vector<std::int64_t>>{};
   std::vector<std::vector<double>> param_grads;
   for (const auto& shape : param_shapes) param_grads.emplace_back(static_cast<std::size_t>(checked_numel(shape)), 0.0);
   std::vector<std::vector<double>>* pg = param_grads.empty() ? nullptr : &param_grads;
-  if (on_matrix_units(q.dtype())) {
+  if (acc == DType::f64) {
+    // out and d_out in f64 too (they are given in it, or cast once).
+    const Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
+    const Tensor oc = out.to(DType::f64).contiguous(), gc = d_out.to(DType::f64).contiguous();
+    flex_backward(sh, bm, mod, qc.data<double>(), kc.data<double>(), vc.data<double>(), oc.data<double>(),
+                  gc.data<double>(), l32.data<double>(), dq.data<double>(), dk.data<double>(), dv.data<double>(), pg,
+                  dl.defined() ? dl.data<double>() : nullptr);
+  } else if (on_matrix_units(q.dtype())) {
     // out and d_out in q's dtype too (they are given in it, or cast once).
     const Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
     const Tensor oc = out.to(DType::bf16).contiguous(), gc = d_out.to(DType::bf16).contiguous();
     flex_backward(sh, bm, mod, qc.data<bf16>(), kc.data<bf16>(), vc.data<bf16>(), oc.data<bf16>(), gc.data<bf16>(),
-                  l32.data<float>(), dq.data<float>(), dk.data<float>(), dv.data<float>(), pg);
+                  l32.data<float>(), dq.data<float>(), dk.data<float>(), dv.data<float>(), pg,
+                  dl.defined() ? dl.data<float>() : nullptr);
   } else {
     const Tensor q32 = as_f32_contiguous(q), k32 = as_f32_contiguous(k), v32 = as_f32_contiguous(v);
     const Tensor o32 = as_f32_contiguous(out), g32 = as_f32_contiguous(d_out);
     flex_backward(sh, bm, mod, q32.data<float>(), k32.data<float>(), v32.data<float>(), o32.data<float>(),
-                  g32.data<float>(), l32.data<float>(), dq.data<float>(), dk.data<float>(), dv.data<float>(), pg);
+                  g32.data<float>(), l32.data<float>(), dq.data<float>(), dk.data<float>(), dv.data<float>(), pg,
+                  dl.defined() ? dl.data<float>() : nullptr);
   }
   FlexGrads grads{dq.to(q.dtype()), dk.to(k.dtype()), dv.to(v.dtype()), {}};
   for (std::size_t p = 0; p < param_grads.size(); ++p) {
-    const std::vector<float> g(param_grads[p].begin(), param_grads[p].end());
-    grads.score_mod_grads.push_back(Tensor::from_vector(g, param_shapes[p]));
+    if (acc == DType::f64) {
+      grads.score_mod_grads.push_back(Tensor::from_vector(param_grads[p], param_shapes[p]));
+    } else {
+      const std::vector<float> g(param_grads[p].begin(), param_grads[p].end());
+      grads.score_mod_grads.push_back(Tensor::from_vector(g, param_shapes[p]));
+    }
   }
   return grads;
 }
@@ -157,13 +188,19 @@ FlexResult flex_attention(const Tensor& q, const Tensor& k, const Tensor& v, con
 
 FlexGrads flex_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                   const Tensor& lse, const Tensor& d_out, const FlexOptions& options) {
+  return flex_attention_backward(q, k, v, out, lse, d_out, Tensor(), options);
+}
+
+FlexGrads flex_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                  const Tensor& lse, const Tensor& d_out, const Tensor& d_lse,
+                                  const FlexOptions& options) {
   const char* op = "flex_attention_backward";
   const detail::AttentionShape sh = detail::check_qkv(q, k, v, options.scale, op);
   if (options.block_mask != nullptr)
     return detail::backward(q, k, v, out, lse, d_out, *options.block_mask, options.score_mod, sh, op,
-                            options.score_mod_grads);
+                            options.score_mod_grads, d_lse);
   const BlockMask bm = full_block_mask(sh.q_len, sh.kv_len);
-  return detail::backward(q, k, v, out, lse, d_out, bm, options.score_mod, sh, op, options.score_mod_grads);
+  return detail::backward(q, k, v, out, lse, d_out, bm, options.score_mod, sh, op, options.score_mod_grads, d_lse);
 }
 
 FlexFlops flex_flops(const BlockMask& mask, std::int64_t batch, std::int64_t q_heads, std::int64_t head_dim,

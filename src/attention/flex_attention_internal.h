@@ -11,6 +11,6 @@ FlexResult forward(const Tensor& q, const Tensor& k, const Tensor& v, const Bloc
                    const AttentionShape& sh, const char* op);
 FlexGrads backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                    const Tensor& d_out, const BlockMask& bm, const ScoreMod& mod, const AttentionShape& sh,
-                   const char* op, bool score_mod_grads = false);
+                   const char* op, bool score_mod_grads = false, const Tensor& d_lse = Tensor());
 
 }  // namespace lmcore::attention::detail

@@ -1,5 +1,6 @@
 // The flex attention backward kernel (flash-attention-2 style, no atomics):
-//   1. delta[i] = dO[i] . O[i] per query row;
+//   1. delta[i] = dO[i] . O[i] per query row (minus d_lse[i] when lse has a gradient too: the softmax
+//      gradient dS = P (dP - delta) then gains the P d_lse that d lse / d S = P gives);
 //   2. per (b, kv head, key block), over the query blocks of its transposed lists and every query
 //      head of its GQA group: recompute P = exp(S - lse), then
 //        dV += P^T dO,  dP = dO V^T,  dS = P (dP - delta) * score_mod',  dK += scale dS^T Q,
@@ -47,24 +48,26 @@ void merged_rows(const BlockRuns& partial, const BlockRuns& full, std::int64_t r
 
 template <typename T>
 void flex_backward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod& score_mod, const T* q, const T* k,
-                   const T* v, const T* out, const T* d_out, const float* lse, float* dq, float* dk, float* dv,
-                   std::vector<std::vector<double>>* score_mod_grads) {
-  constexpr bool kLowp = !std::is_same_v<T, float>;
+                   const T* v, const T* out, const T* d_out, const Acc<T>* lse, Acc<T>* dq, Acc<T>* dk, Acc<T>* dv,
+                   std::vector<std::vector<double>>* score_mod_grads, const Acc<T>* d_lse) {
+  using A = Acc<T>;  // double for f64 inputs, float otherwise
+  constexpr bool kLowp = !std::is_same_v<T, A>;
   const std::int64_t B = sh.batch, Hq = sh.q_heads, Hkv = sh.kv_heads, L = sh.q_len, S = sh.kv_len;
   const std::int64_t D = sh.head_dim, Dv = sh.value_dim, group = Hq / Hkv;
   const std::int64_t qb = bm.q_block, kb = bm.kv_block, nkb = bm.num_kv_blocks;
-  const float ninf = -std::numeric_limits<float>::infinity();
+  const A ninf = -std::numeric_limits<A>::infinity();
+  const A scale = static_cast<A>(sh.scale);
   const bool has_mod = !score_mod.is_identity();
 
   // 1. delta = rowsum(dO * O)
-  std::vector<float> delta(static_cast<std::size_t>(B * Hq * L));
+  std::vector<A> delta(static_cast<std::size_t>(B * Hq * L));
   parallel_for(0, B * Hq * L, 1024, [&](std::int64_t lo, std::int64_t hi) {
     for (std::int64_t r = lo; r < hi; ++r) {
       const T* o = out + r * Dv;
       const T* g = d_out + r * Dv;
-      float acc = 0.0f;
-      for (std::int64_t j = 0; j < Dv; ++j) acc += static_cast<float>(o[j]) * static_cast<float>(g[j]);
-      delta[static_cast<std::size_t>(r)] = acc;
+      A acc = 0;
+      for (std::int64_t j = 0; j < Dv; ++j) acc += static_cast<A>(o[j]) * static_cast<A>(g[j]);
+      delta[static_cast<std::size_t>(r)] = d_lse != nullptr ? acc - d_lse[r] : acc;
     }
   });
 
@@ -95,22 +98,22 @@ void flex_backward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod
 
   // dQ: part 0 writes into dq itself; the others into their own zeroed buffers.
   const std::int64_t q_elems = B * Hq * L * D;
-  std::fill_n(dq, q_elems, 0.0f);
-  std::vector<std::vector<float>> dq_parts(static_cast<std::size_t>(parts - 1));
+  std::fill_n(dq, q_elems, A(0));
+  std::vector<std::vector<A>> dq_parts(static_cast<std::size_t>(parts - 1));
   // Score-mod parameter gradients: one set per part, summed in part order like dQ.
   const std::int64_t n_params = score_mod_grads != nullptr ? score_mod.num_parameter_steps() : 0;
   std::vector<std::vector<std::vector<double>>> param_parts(static_cast<std::size_t>(n_params > 0 ? parts : 0));
 
   BlasSingleThreaded blas_guard;
   parallel_for(0, parts, 1, [&](std::int64_t plo, std::int64_t phi) {
-    std::vector<float> s(static_cast<std::size_t>(qb * kb)), dp(static_cast<std::size_t>(qb * kb));
-    std::vector<float> grad(has_mod ? static_cast<std::size_t>(qb * kb) : 0);
+    std::vector<A> s(static_cast<std::size_t>(qb * kb)), dp(static_cast<std::size_t>(qb * kb));
+    std::vector<A> grad(has_mod ? static_cast<std::size_t>(qb * kb) : 0);
     std::vector<std::uint8_t> mtile(static_cast<std::size_t>(qb * kb));
     std::vector<T> low(kLowp ? static_cast<std::size_t>(qb * kb) : 0);  // P, then dS, rounded for the products
-    std::vector<float> dk_acc(static_cast<std::size_t>(kb * D)), dv_acc(static_cast<std::size_t>(kb * Dv));
+    std::vector<A> dk_acc(static_cast<std::size_t>(kb * D)), dv_acc(static_cast<std::size_t>(kb * Dv));
     std::vector<BlockRef> blocks;
-    std::vector<float> suffix(static_cast<std::size_t>(n_params * qb * kb));
-    std::vector<float*> suffix_tiles(static_cast<std::size_t>(n_params));
+    std::vector<A> suffix(static_cast<std::size_t>(n_params * qb * kb));
+    std::vector<A*> suffix_tiles(static_cast<std::size_t>(n_params));
     for (std::int64_t p = 0; p < n_params; ++p) suffix_tiles[static_cast<std::size_t>(p)] = suffix.data() + p * qb * kb;
     std::vector<double*> param_out(static_cast<std::size_t>(n_params));
     for (std::int64_t part = plo; part < phi; ++part) {
@@ -119,10 +122,10 @@ void flex_backward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod
         mine = *score_mod_grads;  // zeroed and sized by the caller
         for (std::int64_t p = 0; p < n_params; ++p) param_out[static_cast<std::size_t>(p)] = mine[static_cast<std::size_t>(p)].data();
       }
-      float* dq_out = dq;
+      A* dq_out = dq;
       if (part > 0) {
         auto& buf = dq_parts[static_cast<std::size_t>(part - 1)];
-        buf.assign(static_cast<std::size_t>(q_elems), 0.0f);
+        buf.assign(static_cast<std::size_t>(q_elems), A(0));
         dq_out = buf.data();
       }
       for (std::int64_t it = cut[static_cast<std::size_t>(part)]; it < cut[static_cast<std::size_t>(part) + 1]; ++it) {
@@ -131,8 +134,8 @@ void flex_backward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod
         const std::int64_t ld = nk;  // dense tiles (oneDNN's AMX kernels take dense matrices)
         const T* K = k + (bh * S + k0) * D;
         const T* V = v + (bh * S + k0) * Dv;
-        std::fill_n(dk_acc.begin(), nk * D, 0.0f);
-        std::fill_n(dv_acc.begin(), nk * Dv, 0.0f);
+        std::fill_n(dk_acc.begin(), nk * D, A(0));
+        std::fill_n(dv_acc.begin(), nk * Dv, A(0));
         for (std::int64_t h = hkv * group; h < (hkv + 1) * group; ++h) {
           merged_rows(bm.partial_t, bm.full_t, mask_row_t(b, h, ki), blocks);
           const std::int64_t bhq = b * Hq + h;
@@ -140,10 +143,10 @@ void flex_backward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod
             const std::int64_t q0 = blk.index * qb, nq = std::min(qb, L - q0);
             const T* Q = q + (bhq * L + q0) * D;
             const T* dO = d_out + (bhq * L + q0) * Dv;
-            const float* LSE = lse + bhq * L + q0;
-            const float* DELTA = delta.data() + bhq * L + q0;
+            const A* LSE = lse + bhq * L + q0;
+            const A* DELTA = delta.data() + bhq * L + q0;
             // P [nq, nk] = exp(score_mod(scale Q K^T) masked - lse)
-            tile_gemm(false, true, nq, nk, D, sh.scale, Q, D, K, D, 0.0f, s.data(), ld);
+            tile_gemm(false, true, nq, nk, D, scale, Q, D, K, D, A(0), s.data(), ld);
             if (has_mod)
               score_mod.apply_tile(b, h, q0, nq, k0, nk, s.data(), ld, grad.data(), n_params > 0 ? suffix_tiles.data() : nullptr);
             if (!blk.full) {
@@ -151,8 +154,8 @@ void flex_backward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod
               for (std::int64_t i = 0; i < nq; ++i) row_apply_mask(s.data() + i * ld, mtile.data() + i * ld, nk);
             }
             for (std::int64_t i = 0; i < nq; ++i) {
-              float* row = s.data() + i * ld;
-              if (LSE[i] == ninf) std::fill_n(row, nk, 0.0f);  // an empty row has no gradient
+              A* row = s.data() + i * ld;
+              if (LSE[i] == ninf) std::fill_n(row, nk, A(0));  // an empty row has no gradient
               else row_exp(row, nk, LSE[i]);
             }
             // dV [nk, Dv] += P^T dO
@@ -160,14 +163,14 @@ void flex_backward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod
               cast_f32_to_lowp(dtype_of<T>, low.data(), s.data(), nq * ld);
               tile_gemm(true, false, nk, Dv, nq, 1.0f, low.data(), ld, dO, Dv, 1.0f, dv_acc.data(), Dv);
             } else {
-              tile_gemm(true, false, nk, Dv, nq, 1.0f, s.data(), ld, dO, Dv, 1.0f, dv_acc.data(), Dv);
+              tile_gemm(true, false, nk, Dv, nq, A(1), s.data(), ld, dO, Dv, A(1), dv_acc.data(), Dv);
             }
             // dP [nq, nk] = dO V^T
-            tile_gemm(false, true, nq, nk, Dv, 1.0f, dO, Dv, V, Dv, 0.0f, dp.data(), ld);
+            tile_gemm(false, true, nq, nk, Dv, A(1), dO, Dv, V, Dv, A(0), dp.data(), ld);
             // dS = P (dP - delta) is d loss / d(modified score): it feeds the score_mod's parameters,
             // then times d score_mod / d score it becomes d loss / d(scale q.k). Masked entries stay 0.
             for (std::int64_t i = 0; i < nq; ++i) {
-              float* d = dp.data() + i * ld;
+              A* d = dp.data() + i * ld;
               row_softmax_grad(d, s.data() + i * ld, d, nk, DELTA[i]);
             }
             if (n_params > 0)
@@ -175,20 +178,20 @@ void flex_backward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod
                                                    param_out.data());
             if (has_mod) {
               for (std::int64_t i = 0; i < nq; ++i) {
-                float* d = dp.data() + i * ld;
-                const float* p = s.data() + i * ld;
-                const float* g = grad.data() + i * ld;
-                for (std::int64_t j = 0; j < nk; ++j) d[j] = p[j] == 0.0f ? 0.0f : d[j] * g[j];
+                A* d = dp.data() + i * ld;
+                const A* p = s.data() + i * ld;
+                const A* g = grad.data() + i * ld;
+                for (std::int64_t j = 0; j < nk; ++j) d[j] = p[j] == A(0) ? A(0) : d[j] * g[j];
               }
             }
             // dK [nk, D] += scale dS^T Q;  dQ [nq, D] += scale dS K
             if constexpr (kLowp) {
               cast_f32_to_lowp(dtype_of<T>, low.data(), dp.data(), nq * ld);
-              tile_gemm(true, false, nk, D, nq, sh.scale, low.data(), ld, Q, D, 1.0f, dk_acc.data(), D);
-              tile_gemm(false, false, nq, D, nk, sh.scale, low.data(), ld, K, D, 1.0f, dq_out + (bhq * L + q0) * D, D);
+              tile_gemm(true, false, nk, D, nq, scale, low.data(), ld, Q, D, 1.0f, dk_acc.data(), D);
+              tile_gemm(false, false, nq, D, nk, scale, low.data(), ld, K, D, 1.0f, dq_out + (bhq * L + q0) * D, D);
             } else {
-              tile_gemm(true, false, nk, D, nq, sh.scale, dp.data(), ld, Q, D, 1.0f, dk_acc.data(), D);
-              tile_gemm(false, false, nq, D, nk, sh.scale, dp.data(), ld, K, D, 1.0f, dq_out + (bhq * L + q0) * D, D);
+              tile_gemm(true, false, nk, D, nq, scale, dp.data(), ld, Q, D, A(1), dk_acc.data(), D);
+              tile_gemm(false, false, nq, D, nk, scale, dp.data(), ld, K, D, A(1), dq_out + (bhq * L + q0) * D, D);
             }
           }
         }
@@ -212,9 +215,12 @@ void flex_backward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod
 
 template void flex_backward<float>(const AttentionShape&, const BlockMask&, const ScoreMod&, const float*,
                                    const float*, const float*, const float*, const float*, const float*, float*, float*,
-                                   float*, std::vector<std::vector<double>>*);
+                                   float*, std::vector<std::vector<double>>*, const float*);
 template void flex_backward<bf16>(const AttentionShape&, const BlockMask&, const ScoreMod&, const bf16*, const bf16*,
                                   const bf16*, const bf16*, const bf16*, const float*, float*, float*, float*,
-                                  std::vector<std::vector<double>>*);
+                                  std::vector<std::vector<double>>*, const float*);
+template void flex_backward<double>(const AttentionShape&, const BlockMask&, const ScoreMod&, const double*,
+                                    const double*, const double*, const double*, const double*, const double*,
+                                    double*, double*, double*, std::vector<std::vector<double>>*, const double*);
 
 }  // namespace lmcore::attention::detail

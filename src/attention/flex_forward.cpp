@@ -51,13 +51,15 @@ void merged_blocks(const BlockMask& m, const BlockRuns& partial, const BlockRuns
 
 template <typename T>
 void flex_forward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod& score_mod, const T* q, const T* k,
-                  const T* v, float* out, float* lse) {
-  constexpr bool kLowp = !std::is_same_v<T, float>;
+                  const T* v, Acc<T>* out, Acc<T>* lse) {
+  using A = Acc<T>;  // scores, softmax, accumulators: double for f64 inputs, float otherwise
+  constexpr bool kLowp = !std::is_same_v<T, A>;
   const std::int64_t B = sh.batch, Hq = sh.q_heads, L = sh.q_len, S = sh.kv_len, D = sh.head_dim, Dv = sh.value_dim;
   const std::int64_t group = Hq / sh.kv_heads;
   const std::int64_t qb = bm.q_block, kb = bm.kv_block, nqb = bm.num_q_blocks;
   const std::int64_t items = B * Hq * nqb;
-  const float ninf = -std::numeric_limits<float>::infinity();
+  const A ninf = -std::numeric_limits<A>::infinity();
+  const A scale = static_cast<A>(sh.scale);
 
   // Items in decreasing cost so the dynamic schedule ends on small items; each item writes only its
   // own rows, so the schedule does not change any result bit.
@@ -87,11 +89,11 @@ void flex_forward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod&
   std::atomic<std::int64_t> next{0};
   const std::int64_t workers = std::min<std::int64_t>(num_threads(), std::max<std::int64_t>(items, 1));
   parallel_for(0, workers, 1, [&](std::int64_t, std::int64_t) {
-    std::vector<float> s(static_cast<std::size_t>(qb * span_max));
+    std::vector<A> s(static_cast<std::size_t>(qb * span_max));
     std::vector<T> p_low(kLowp ? static_cast<std::size_t>(qb * span_max) : 0);  // P rounded, for P V
     std::vector<std::uint8_t> mtile(static_cast<std::size_t>(qb * span_max));
-    std::vector<float> acc(static_cast<std::size_t>(qb * Dv));
-    std::vector<float> m(static_cast<std::size_t>(qb)), l(static_cast<std::size_t>(qb));
+    std::vector<A> acc(static_cast<std::size_t>(qb * Dv));
+    std::vector<A> m(static_cast<std::size_t>(qb)), l(static_cast<std::size_t>(qb));
     std::vector<BlockRef> blocks;
     for (std::int64_t n = next.fetch_add(1); n < items; n = next.fetch_add(1)) {
       const std::int64_t it = order[static_cast<std::size_t>(n)];
@@ -103,8 +105,8 @@ void flex_forward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod&
       const T* V = v + (b * sh.kv_heads + hkv) * S * Dv;
       merged_blocks(bm, bm.partial, bm.full, mask_row(b, h, qi), blocks);
       std::fill_n(m.begin(), nq, ninf);
-      std::fill_n(l.begin(), nq, 0.0f);
-      std::fill_n(acc.begin(), nq * Dv, 0.0f);
+      std::fill_n(l.begin(), nq, A(0));
+      std::fill_n(acc.begin(), nq * Dv, A(0));
       for (std::size_t first = 0; first < blocks.size();) {
         std::size_t end = first + 1;
         while (end < blocks.size() && static_cast<std::int64_t>(end - first) < span_blocks &&
@@ -114,7 +116,7 @@ void flex_forward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod&
         const std::int64_t nk = std::min(S, (blocks[end - 1].index + 1) * kb) - k0;
         const std::int64_t ld = nk;
         // s [nq, nk] = scale * Q K^T
-        tile_gemm(false, true, nq, nk, D, sh.scale, Q, D, K + k0 * D, D, 0.0f, s.data(), ld);
+        tile_gemm(false, true, nq, nk, D, scale, Q, D, K + k0 * D, D, A(0), s.data(), ld);
         if (!score_mod.is_identity()) score_mod.apply_tile(b, h, q0, nq, k0, nk, s.data(), ld, nullptr);
         for (std::size_t x = first; x < end; ++x) {
           if (blocks[x].full) continue;
@@ -126,40 +128,40 @@ void flex_forward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod&
         // bits as exp in place then cast_f32_to_lowp); l sums the unrounded P either way.
         constexpr bool kFusedBF16 = std::is_same_v<T, bf16>;
         for (std::int64_t i = 0; i < nq; ++i) {
-          float* row = s.data() + i * ld;
+          A* row = s.data() + i * ld;
           // max_nan: a NaN score makes the row NaN (row_kernels.h), never a finite value that hides it.
-          const float m_new = max_nan(m[i], row_max(row, nk));
+          const A m_new = max_nan(m[i], row_max(row, nk));
           if (m_new == ninf) {
             // Nothing allowed in this row so far: P is zero.
             if constexpr (kFusedBF16) std::fill_n(p_low.data() + i * ld, nk, T{});
-            else std::fill_n(row, nk, 0.0f);
+            else std::fill_n(row, nk, A(0));
             continue;
           }
-          const float alpha = m[i] == ninf ? 0.0f : std::exp(m[i] - m_new);
+          const A alpha = m[i] == ninf ? A(0) : std::exp(m[i] - m_new);
           if constexpr (kFusedBF16) l[i] = l[i] * alpha + row_exp_sum_store_bf16(row, p_low.data() + i * ld, nk, m_new);
           else l[i] = l[i] * alpha + row_exp_store_sum(row, nk, m_new);
           m[i] = m_new;
-          if (alpha != 1.0f) row_scale(acc.data() + i * Dv, Dv, alpha);
+          if (alpha != A(1)) row_scale(acc.data() + i * Dv, Dv, alpha);
         }
         // acc [nq, Dv] += P V; l above summed the f32 P, the product takes P rounded to T.
         if constexpr (kLowp) {
           if constexpr (!kFusedBF16) cast_f32_to_lowp(dtype_of<T>, p_low.data(), s.data(), nq * ld);
           tile_gemm(false, false, nq, Dv, nk, 1.0f, p_low.data(), ld, V + k0 * Dv, Dv, 1.0f, acc.data(), Dv);
         } else {
-          tile_gemm(false, false, nq, Dv, nk, 1.0f, s.data(), ld, V + k0 * Dv, Dv, 1.0f, acc.data(), Dv);
+          tile_gemm(false, false, nq, Dv, nk, A(1), s.data(), ld, V + k0 * Dv, Dv, A(1), acc.data(), Dv);
         }
         first = end;
       }
-      float* O = out + (bh * L + q0) * Dv;
-      float* LSE = lse + bh * L + q0;
+      A* O = out + (bh * L + q0) * Dv;
+      A* LSE = lse + bh * L + q0;
       for (std::int64_t i = 0; i < nq; ++i) {
-        float* o = O + i * Dv;
-        if (l[i] > 0.0f || std::isnan(l[i])) {  // l == 0: no key allowed; NaN: a NaN score (out, lse NaN)
-          const float inv = 1.0f / l[i];
+        A* o = O + i * Dv;
+        if (l[i] > A(0) || std::isnan(l[i])) {  // l == 0: no key allowed; NaN: a NaN score (out, lse NaN)
+          const A inv = A(1) / l[i];
           for (std::int64_t j = 0; j < Dv; ++j) o[j] = acc[static_cast<std::size_t>(i * Dv + j)] * inv;
           LSE[i] = m[i] + std::log(l[i]);
         } else {
-          std::fill_n(o, Dv, 0.0f);
+          std::fill_n(o, Dv, A(0));
           LSE[i] = ninf;
         }
       }
@@ -171,5 +173,7 @@ template void flex_forward<float>(const AttentionShape&, const BlockMask&, const
                                   const float*, float*, float*);
 template void flex_forward<bf16>(const AttentionShape&, const BlockMask&, const ScoreMod&, const bf16*, const bf16*,
                                  const bf16*, float*, float*);
+template void flex_forward<double>(const AttentionShape&, const BlockMask&, const ScoreMod&, const double*,
+                                   const double*, const double*, double*, double*);
 
 }  // namespace lmcore::attention::detail

@@ -1,18 +1,24 @@
 // Private: the flash-style kernels behind flex_attention and sdpa, on contiguous buffers.
 //
 //   q [B, Hq, L, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv], out / d_out [B, Hq, L, Dv], lse [B, Hq, L]
-//   dq, dk, dv like q, k, v, always f32 (overwritten)
+//   dq, dk, dv like q, k, v, in the compute type (overwritten)
 //   score_mod_grads: when not null, one zeroed vector per parameter step of the score_mod (sized as
 //   its table) receives the gradient of its table
+//   d_lse [B, Hq, L]: when not null, the gradient on lse too (d lse_i / d s_ij = P_ij, so it enters as
+//   delta_i - d_lse_i)
 //
 // T is the element type of q, k, v (and of out, d_out in the backward):
 //   float — f32 inputs, or bf16/f16 widened once by the caller: every tile product is an sgemm;
 //   bf16  — the tile products run on the matrix units (gemm_lowp: oneDNN, f32 accumulation). Scores,
 //           softmax, the online rescaling and the accumulators stay f32; P (and in the backward dS) is
-//           rounded to bf16 right before it enters a product, as FlashAttention does.
+//           rounded to bf16 right before it enters a product, as FlashAttention does;
+//   double — f64 inputs, f64 end to end (dgemm tiles, f64 softmax, tables and caps as given): the
+//           path gradient checks run on. Its row loops are plain (row_kernels.h), not tuned.
+// The compute type Acc<T> (of scores, out, lse, dq, dk, dv) is double for double and float otherwise.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "lmcore/attention/block_mask.h"
@@ -25,22 +31,31 @@ namespace lmcore::attention::detail {
 
 struct AttentionShape {
   std::int64_t batch, q_heads, kv_heads, q_len, kv_len, head_dim, value_dim;
-  float scale;
+  double scale;  // the f32 kernels use it rounded to f32
 };
 
 template <typename T>
+using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+template <typename T>
 void flex_forward(const AttentionShape& shape, const BlockMask& mask, const ScoreMod& score_mod, const T* q,
-                  const T* k, const T* v, float* out, float* lse);
+                  const T* k, const T* v, Acc<T>* out, Acc<T>* lse);
 
 template <typename T>
 void flex_backward(const AttentionShape& shape, const BlockMask& mask, const ScoreMod& score_mod, const T* q,
-                   const T* k, const T* v, const T* out, const T* d_out, const float* lse, float* dq, float* dk,
-                   float* dv, std::vector<std::vector<double>>* score_mod_grads = nullptr);
+                   const T* k, const T* v, const T* out, const T* d_out, const Acc<T>* lse, Acc<T>* dq, Acc<T>* dk,
+                   Acc<T>* dv, std::vector<std::vector<double>>* score_mod_grads = nullptr,
+                   const Acc<T>* d_lse = nullptr);
 
-// One tile product on the calling thread, C (f32) = alpha op(A) op(B) + beta C, row-major with row strides.
+// One tile product on the calling thread, C = alpha op(A) op(B) + beta C (C f32, or f64 for f64 A and B),
+// row-major with row strides.
 inline void tile_gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
                       std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
   gemm_f32(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+inline void tile_gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha, const double* a,
+                      std::int64_t lda, const double* b, std::int64_t ldb, double beta, double* c, std::int64_t ldc) {
+  gemm_f64(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 inline void tile_gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const bf16* a,
                       std::int64_t lda, const bf16* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {

@@ -82,7 +82,7 @@ double modify(const Problem& p, double x, std::int64_t b, std::int64_t h, std::i
         x += static_cast<double>(s.table[static_cast<std::size_t>(h)]) * static_cast<double>(j - i);
         break;
       case ScoreModStep::Kind::softcap: x = s.cap * std::tanh(x / s.cap); break;
-      case ScoreModStep::Kind::function: x = s.fn(static_cast<float>(x), b, h, i, j); break;
+      case ScoreModStep::Kind::function: x = s.fn(x, b, h, i, j); break;
     }
   }
   return x;
@@ -112,7 +112,7 @@ double unmodify(const Problem& p, double g, const std::vector<double>& in, std::
       case ScoreModStep::Kind::function:
         LMCORE_CHECK(static_cast<bool>(s.derivative),
                      "attention_backward_reference: score_mod '{}' has no derivative", s.name);
-        g *= s.derivative(static_cast<float>(in[t]), b, h, i, j);
+        g *= s.derivative(in[t], b, h, i, j);
         break;
     }
   }
@@ -171,13 +171,16 @@ FlexResult attention_reference(const Tensor& q, const Tensor& k, const Tensor& v
 
 FlexGrads attention_backward_reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& d_out,
                                        const MaskMod& mask, const ScoreMod& score_mod, double scale,
-                                       const Tensor& out) {
+                                       const Tensor& out, const Tensor& d_lse) {
   const Problem p = load(q, k, v, score_mod, scale, "attention_backward_reference");
   LMCORE_CHECK(d_out.defined() && d_out.shape() == (Shape{p.B, p.Hq, p.L, p.Dv}),
                "attention_backward_reference: d_out must be [{}, {}, {}, {}]", p.B, p.Hq, p.L, p.Dv);
   LMCORE_CHECK(!out.defined() || out.shape() == d_out.shape(), "attention_backward_reference: out must be [{}, {}, {}, {}]",
                p.B, p.Hq, p.L, p.Dv);
+  LMCORE_CHECK(!d_lse.defined() || d_lse.shape() == (Shape{p.B, p.Hq, p.L}),
+               "attention_backward_reference: d_lse must be [{}, {}, {}]", p.B, p.Hq, p.L);
   const std::vector<double> g = d_out.to_vector<double>();
+  const std::vector<double> gl = d_lse.defined() ? d_lse.to_vector<double>() : std::vector<double>();
   const std::vector<double> o = out.defined() ? out.to_vector<double>() : std::vector<double>();
   std::vector<double> dq(p.q.size(), 0.0), dk(p.k.size(), 0.0), dv(p.v.size(), 0.0);
   std::vector<std::vector<double>> param_grads;
@@ -224,7 +227,9 @@ FlexGrads attention_backward_reference(const Tensor& q, const Tensor& k, const T
           if (pj == 0) continue;  // masked (or underflowed): no path to the inputs
           const std::size_t kr = p.kv_row(b, h, j);
           for (std::int64_t e = 0; e < p.Dv; ++e) dv[kr * static_cast<std::size_t>(p.Dv) + e] += pj * gr[e];
-          const double ds_mod = pj * (dprob[static_cast<std::size_t>(j)] - delta);
+          // lse = log sum_j exp(S_j):  d lse / d S_j = P_j
+          const double ds_mod = pj * (dprob[static_cast<std::size_t>(j)] - delta) +
+                                (gl.empty() ? 0.0 : pj * gl[static_cast<std::size_t>(row)]);
           // S_j = mods(scale * q . k_j): through the modifier chain, then the scale.
           const double ds = unmodify(p, ds_mod, in[static_cast<std::size_t>(j)], b, h, i, j, param_grads) * p.scale;
           for (std::int64_t d = 0; d < p.D; ++d) {

@@ -6,6 +6,8 @@
 // AVX-512, 2 threads), as eps max|want|, against the bound (a, r):
 //
 //   f32   out 2.8 (16, 0)  lse 1.1 (4, 0)   dq, dk, dv 4.5 (16, 0)   score-mod tables 15.4 (64, 0)
+//   f64   out 4.0 (16, 0)  lse 1.1 (4, 0)   dq, dk, dv 10.6 (16, 0)  score-mod tables 14.1 (64, 0)
+//         (f64 epsilons; the worst, dk of 600 causal keys, uses 66% of its bound)
 //   bf16  out 0.33 (1/64, 1/2)   dq, dk, dv 0.37 (1/64, 1/2): the worst element uses 94% of the bound
 //   f16   out 0.22 (1/8, 1/2)    dq, dk, dv 0.38 (1/8, 1/2):  the worst element uses 67%
 //   bf16 on the matrix units (AMX / AVX-512 BF16 through oneDNN: P and dS rounded to bf16 before their
@@ -22,7 +24,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 #include <string>
 #include <tuple>
 
@@ -38,6 +42,15 @@ using testing::Bound;
 using testing::close_within;
 using testing::max_abs;
 using testing::random_tensor;
+
+// Normal values in f64 with every mantissa bit used (random_tensor draws f32 values).
+Tensor random_f64(const Shape& shape, std::uint32_t seed) {
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<double> dist(0.0, 1.0);
+  std::vector<double> values(static_cast<std::size_t>(checked_numel(shape)));
+  for (double& x : values) x = dist(gen);
+  return Tensor::from_vector(values, shape);
+}
 
 struct Case {
   std::string name;
@@ -78,10 +91,16 @@ Bounds bounds_for(DType dtype) {
 // Runs the case forward and backward through flex attention and compares with the naive reference.
 void run_case(const Case& c, std::uint32_t seed) {
   SCOPED_TRACE(c.name);
-  const Tensor q = random_tensor({c.B, c.Hq, c.L, c.D}, seed, c.dtype);
-  const Tensor k = random_tensor({c.B, c.Hkv, c.S, c.D}, seed + 1, c.dtype);
-  const Tensor v = random_tensor({c.B, c.Hkv, c.S, c.Dv}, seed + 2, c.dtype);
-  const Tensor g = random_tensor({c.B, c.Hq, c.L, c.Dv}, seed + 3, c.dtype);
+  // f64: values with all 53 bits set (random_f64), so that any f32 rounding inside shows.
+  auto rnd = [&](const Shape& shape, std::uint32_t s) {
+    return c.dtype == DType::f64 ? random_f64(shape, s) : random_tensor(shape, s, c.dtype);
+  };
+  const Tensor q = rnd({c.B, c.Hq, c.L, c.D}, seed);
+  const Tensor k = rnd({c.B, c.Hkv, c.S, c.D}, seed + 1);
+  const Tensor v = rnd({c.B, c.Hkv, c.S, c.Dv}, seed + 2);
+  const Tensor g = rnd({c.B, c.Hq, c.L, c.Dv}, seed + 3);
+  // lse, the f32/f64 gradients' accumulation and the parameter gradients are in the compute dtype.
+  const DType acc = c.dtype == DType::f64 ? DType::f64 : DType::f32;
   const BlockMask bm = create_block_mask(c.mask, c.B, c.Hq, c.L, c.S, c.q_block, c.kv_block);
   FlexOptions opt;
   opt.block_mask = &bm;
@@ -94,13 +113,14 @@ void run_case(const Case& c, std::uint32_t seed) {
   const FlexResult ref = attention_reference(q, k, v, c.mask, c.mod, c.scale);
   const Bounds b = bounds_for(c.dtype);
   EXPECT_TRUE(close_within(c.name + " out", r.out, ref.out, c.dtype, b.out));
-  EXPECT_TRUE(close_within(c.name + " lse", r.lse, ref.lse, DType::f32, b.lse));
+  ASSERT_EQ(r.lse.dtype(), acc);
+  EXPECT_TRUE(close_within(c.name + " lse", r.lse, ref.lse, acc, b.lse));
 
   const FlexGrads gr = flex_attention_backward(q, k, v, r.out, r.lse, g, opt);
   // In bf16/f16 the kernel forms delta = d_out . out from the rounded output it is given, as
   // FlashAttention does; the reference does the same from the same values (reference.h), so what is
   // left is f32 arithmetic and the final rounding of each gradient.
-  const bool low = c.dtype != DType::f32;
+  const bool low = c.dtype != DType::f32 && c.dtype != DType::f64;
   const FlexGrads want = attention_backward_reference(q, k, v, g, c.mask, c.mod, c.scale, low ? r.out : Tensor());
   ASSERT_EQ(gr.dq.dtype(), c.dtype);
   // Where dq and dk vanish in exact arithmetic (a window of 0: each query sees only itself, so P = 1 and
@@ -114,9 +134,11 @@ void run_case(const Case& c, std::uint32_t seed) {
   EXPECT_TRUE(close_within(c.name + " dv", gr.dv, want.dv, c.dtype, b.grad));
   // Score-mod parameters (bias table, slopes): f32 sums over many elements.
   ASSERT_EQ(gr.score_mod_grads.size(), want.score_mod_grads.size());
-  for (std::size_t p = 0; p < want.score_mod_grads.size(); ++p)
+  for (std::size_t p = 0; p < want.score_mod_grads.size(); ++p) {
+    ASSERT_EQ(gr.score_mod_grads[p].dtype(), acc);
     EXPECT_TRUE(close_within(fmt::format("{} score_mod_grads[{}]", c.name, p), gr.score_mod_grads[p],
-                             want.score_mod_grads[p], DType::f32, b.param));
+                             want.score_mod_grads[p], acc, b.param));
+  }
 }
 
 TEST(FlexAttention, MasksShapesAndBlocksMatchReference) {
@@ -172,6 +194,46 @@ TEST(FlexAttention, UserMaskCallable) {
   run_case({"user mask", 2, 2, 2, 41, 41, 8, 8, 16, 16, MaskMod::from_function(fn), {}}, 900);
 }
 
+// The f64 path (f64 tiles and dgemm, tables and caps as given) against the reference, with bounds in
+// f64 epsilons: an f32 step anywhere (a table, a cap, the scale, an accumulator rounded to f32) would
+// miss them by ~1e8. Tables hold values that f32 cannot represent (thirds), the inputs use all 53 bits.
+TEST(FlexAttention, F64MatchesReference) {
+  std::vector<double> bias(2 * (2 * 5 + 1));
+  for (std::size_t i = 0; i < bias.size(); ++i) bias[i] = static_cast<double>(i % 7) / 3.0 - 0.9;
+  const std::vector<double> slopes = {1.0 / 3.0, 0.2, -1.0 / 7.0, 0.05};
+  const auto user = ScoreMod::from_function(
+      [](double s, std::int64_t, std::int64_t h, std::int64_t q, std::int64_t kv) {
+        return s * (1.0 + 0.1 * static_cast<double>(h)) + 0.01 * static_cast<double>(q - kv) / 3.0;
+      },
+      [](double, std::int64_t, std::int64_t h, std::int64_t, std::int64_t) { return 1.0 + 0.1 * static_cast<double>(h); });
+  const DType f64 = DType::f64;
+  const std::vector<Case> cases = {
+      {"f64 dense", 1, 2, 2, 19, 23, 8, 8, 16, 16, MaskMod::all(), {}, f64},
+      {"f64 causal, L != S, odd blocks", 2, 2, 2, 37, 53, 8, 12, 16, 8, MaskMod::causal(), {}, f64},
+      {"f64 sliding window", 1, 2, 2, 90, 90, 16, 16, 16, 16, MaskMod::sliding_window(13), {}, f64},
+      {"f64 GQA 4:1, causal", 1, 8, 2, 40, 40, 16, 8, 16, 16, MaskMod::causal(), {}, f64},
+      {"f64 not causal (empty last row)", 1, 2, 1, 48, 48, 8, 8, 16, 16, !MaskMod::causal(), {}, f64},
+      {"f64 alibi", 1, 4, 2, 40, 40, 8, 8, 16, 16, MaskMod::sliding_window(9), ScoreMod::alibi(slopes), f64},
+      {"f64 relative bias", 1, 2, 2, 40, 40, 8, 8, 16, 16, MaskMod::causal(), ScoreMod::relative_position_bias(bias, 5),
+       f64},
+      {"f64 trainable softcap", 1, 2, 2, 33, 45, 8, 8, 16, 16, MaskMod::all(), ScoreMod::softcap(1.0 / 3.0, true), f64,
+       1.0},
+      {"f64 alibi, trainable softcap, shared relative bias, GQA", 1, 4, 2, 50, 50, 8, 8, 16, 16,
+       MaskMod::sliding_window(20),
+       ScoreMod::alibi(slopes)
+           .then(ScoreMod::softcap(2.0 / 3.0, true))
+           .then(ScoreMod::relative_position_bias(std::vector<double>(bias.begin(), bias.begin() + 11), 5)),
+       f64},
+      {"f64 user with derivative then alibi", 1, 4, 4, 30, 30, 8, 8, 16, 16, MaskMod::causal(),
+       user.then(ScoreMod::alibi(slopes)), f64},
+      {"f64 head dim 256", 1, 1, 1, 20, 30, 256, 256, 16, 16, MaskMod::causal(), {}, f64, 0.02},
+      // More than one forward span (512 keys): the online rescale between spans in f64.
+      {"f64 causal, 600 keys", 1, 1, 1, 600, 600, 8, 8, 16, 16, MaskMod::causal(), {}, f64},
+  };
+  std::uint32_t seed = 700;
+  for (const Case& c : cases) run_case(c, seed += 10);
+}
+
 TEST(FlexAttention, LowPrecision) {
   // bf16 on both paths: the matrix units (where this CPU has them) and widened to f32.
   for (bool onednn : {true, false}) {
@@ -192,6 +254,57 @@ TEST(FlexAttention, LowPrecision) {
   run_case({"f16 window + softcap", 1, 2, 2, 50, 40, 16, 8, 16, 16, MaskMod::sliding_window(7), ScoreMod::softcap(3.0f),
             DType::f16},
            1100);
+}
+
+// A gradient on lse too (flex_attention_backward's d_lse), in f32 and f64, with value head dim 256 (the
+// kernels' limit; the extra value column that lmcore.torch used to carry d_lse could not go past it), a
+// score modifier with parameters, GQA and rows the mask empties (whose d_lse must reach nothing).
+TEST(FlexAttention, LseGradientMatchesReference) {
+  for (DType dt : {DType::f32, DType::f64}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    const std::int64_t B = 1, Hq = 4, Hkv = 2, L = 37, S = 37, D = 8, Dv = 256;
+    auto rnd = [&](const Shape& shape, std::uint32_t s) {
+      return dt == DType::f64 ? random_f64(shape, s) : random_tensor(shape, s, dt);
+    };
+    const Tensor q = rnd({B, Hq, L, D}, 41), k = rnd({B, Hkv, S, D}, 42), v = rnd({B, Hkv, S, Dv}, 43);
+    const Tensor g = rnd({B, Hq, L, Dv}, 44), gl = rnd({B, Hq, L}, 45);
+    const MaskMod mask = MaskMod::sliding_window(9) & MaskMod::from_function([](std::int64_t, std::int64_t,
+                                                                                std::int64_t qi, std::int64_t) {
+                           return qi >= 2;  // rows 0 and 1 empty
+                         });
+    const ScoreMod mod = ScoreMod::alibi({0.5, 1.0 / 3.0, 0.25, 0.2}).then(ScoreMod::softcap(3.0, true));
+    const BlockMask bm = create_block_mask(mask, 1, 1, L, S, 16, 16);
+    FlexOptions opt;
+    opt.block_mask = &bm;
+    opt.score_mod = mod;
+    opt.return_lse = true;
+    const FlexResult r = flex_attention(q, k, v, opt);
+    const FlexGrads gr = flex_attention_backward(q, k, v, r.out, r.lse, g, gl, opt);
+    const FlexGrads want = attention_backward_reference(q, k, v, g, mask, mod, 0.0, Tensor(), gl);
+    // Without d_lse the gradients differ (by far more than the bounds): the test sees it.
+    const FlexGrads without = attention_backward_reference(q, k, v, g, mask, mod);
+    const std::vector<double> a = want.dq.to_vector<double>(), c = without.dq.to_vector<double>();
+    double moved = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) moved = std::max(moved, std::abs(a[i] - c[i]));
+    EXPECT_GT(moved, 0.01 * max_abs(want.dq));
+    const Bounds b = bounds_for(dt);
+    for (const auto& [name, got, ref] : {std::tuple{"dq", gr.dq, want.dq}, std::tuple{"dk", gr.dk, want.dk},
+                                         std::tuple{"dv", gr.dv, want.dv}})
+      EXPECT_TRUE(close_within(std::string("d_lse ") + name, got, ref, dt, b.grad));
+    for (std::size_t p = 0; p < want.score_mod_grads.size(); ++p)
+      EXPECT_TRUE(close_within(fmt::format("d_lse score_mod_grads[{}]", p), gr.score_mod_grads[p],
+                               want.score_mod_grads[p], dt, b.param));
+    const auto dq = gr.dq.to_vector<double>();
+    for (std::int64_t i = 0; i < 2 * D; ++i) EXPECT_EQ(dq[static_cast<std::size_t>(i)], 0.0) << i;  // empty rows
+    // A d_lse of the wrong shape is refused, naming it.
+    std::string msg;
+    try {
+      flex_attention_backward(q, k, v, r.out, r.lse, g, rnd({B, Hq, L + 1}, 46), opt);
+    } catch (const Error& e) {
+      msg = e.what();
+    }
+    EXPECT_NE(msg.find("'d_lse' must have lse's shape [1, 4, 37]"), std::string::npos) << msg;
+  }
 }
 
 TEST(FlexAttention, EmptyRowsGiveZeroAndMinusInfinityNeverNaN) {

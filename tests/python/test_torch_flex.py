@@ -1,7 +1,7 @@
 # lmcore.torch.flex_attention with PyTorch 2.13's signature and autograd, against masked softmax
-# attention written out in torch 1.13 (float64 autograd: the gradient oracle, since lmcore's flex
-# attention has no f64 path for torch.autograd.gradcheck), the BlockMask surface, callables with
-# PyTorch's signatures, and the argument errors and defects of issue 17.
+# attention written out in torch 1.13 (float64 autograd: the gradient oracle of the f32/bf16/f16
+# paths; torch.autograd.gradcheck of the f64 path is in test_torch_flex64.py), the BlockMask surface,
+# callables with PyTorch's signatures, and the argument errors and defects of issue 17.
 import math
 import os
 
@@ -281,8 +281,10 @@ def test_from_kv_blocks_validation_and_noop():
 
 def test_argument_errors():
     q, k, v, _ = inputs(2, 2, 2, 16, 16, 8, 8, seed=14)
-    with pytest.raises(TypeError, match=r"query: lmcore's flex attention computes in f32.*found float64"):
-        lt.flex_attention(q.double(), k.double(), v.double())
+    with pytest.raises(TypeError, match=r"query: expected dtype float32, bfloat16, float16, float64, found int64"):
+        lt.flex_attention(q.long(), k.long(), v.long())
+    with pytest.raises(TypeError, match="query, key, value: expected one dtype"):
+        lt.flex_attention(q.double(), k, v)
     with pytest.raises(TypeError, match="query, key, value: expected one dtype"):
         lt.flex_attention(q, k.half(), v)
     with pytest.raises(ValueError, match=r"key: expected 4 dimensions \[B, H, L, D\], found shape \[2, 16, 8\]"):

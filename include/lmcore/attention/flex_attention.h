@@ -1,7 +1,8 @@
 // lmcore/attention/flex_attention.h — block-sparse attention from a block mask and a score modifier.
 //
 //   q [B, Hq, L, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv]   (Hq a multiple of Hkv: grouped-query attention)
-//   out [B, Hq, L, Dv] in the dtype of q;  lse [B, Hq, L] in f32, natural log of the softmax denominator
+//   out [B, Hq, L, Dv] in the dtype of q;  lse [B, Hq, L] in f32 (f64 for f64 inputs), natural log of the
+//   softmax denominator
 //
 //   BlockMask bm = create_block_mask(MaskMod::sliding_window(256), 1, 1, L, S);
 //   FlexOptions opt;  opt.block_mask = &bm;  opt.return_lse = true;
@@ -9,7 +10,9 @@
 //   FlexGrads g = flex_attention_backward(q, k, v, r.out, r.lse, d_out, opt);  // overwrites, not accumulates
 //   // with opt.score_mod = ScoreMod::alibi(slopes): g.score_mod_grads[0] is d loss / d slopes
 //
-// Inputs are f32, bf16 or f16 (all three the same dtype), any strides; arithmetic is f32. D and Dv are at
+// Inputs are f32, bf16, f16 or f64 (all three the same dtype), any strides; arithmetic is f32, and f64
+// end to end for f64 inputs (dgemm tiles, score-modifier tables and caps as given: the path that
+// gradient checks run on; it is not tuned for speed). D and Dv are at
 // most 256; L and S are any length (the last block of each is short). Per (b, head, query block) the
 // kernel walks the listed key blocks in increasing order with an online softmax, multiplying the
 // query block with runs of consecutive key blocks (up to 512 keys at a time) with sgemm; empty blocks are never touched and fully allowed blocks
@@ -42,12 +45,12 @@ struct FlexOptions {
 
 struct FlexResult {
   Tensor out;  // [B, Hq, L, Dv], dtype of q
-  Tensor lse;  // [B, Hq, L] f32, when asked
+  Tensor lse;  // [B, Hq, L] f32 (f64 for f64 inputs), when asked
 };
 
 struct FlexGrads {
   Tensor dq, dk, dv;  // shapes and dtypes of q, k, v
-  // f32, one per parameter step of options.score_mod in chain order (ScoreMod::parameter_shapes():
+  // f32 (f64 for f64 inputs), one per parameter step of options.score_mod in chain order (ScoreMod::parameter_shapes():
   // relative_position_bias [rows, 2R + 1], alibi [slopes]); empty when it has none or when
   // options.score_mod_grads is false.
   std::vector<Tensor> score_mod_grads;
@@ -58,6 +61,12 @@ FlexResult flex_attention(const Tensor& q, const Tensor& k, const Tensor& v, con
 // out and lse are the forward results; d_out has the shape of out.
 FlexGrads flex_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                   const Tensor& lse, const Tensor& d_out, const FlexOptions& options = {});
+// The same with a gradient on lse too: d_lse [B, Hq, L] (any float dtype; undefined: none). Since
+// d lse_i / d s_ij = P_ij, it adds P_ij d_lse_i to each score's gradient (it enters the softmax
+// backward as delta_i - d_lse_i); rows with no allowed key get nothing from it.
+FlexGrads flex_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                  const Tensor& lse, const Tensor& d_out, const Tensor& d_lse,
+                                  const FlexOptions& options = {});
 
 // Multiply-add flops of the computed blocks (2 per multiply-add): forward counts S = QK^T and PV,
 // backward the five products of the standard flash backward (S, dP, dV, dK, dQ).

@@ -21,8 +21,9 @@ FlexResult attention_reference(const Tensor& q, const Tensor& k, const Tensor& v
 // reference takes the exact sum; given `out` it takes d_out_i . out_i of those values, as the kernels
 // (and FlashAttention) do with the output they are passed: in bf16/f16 that is the rounded output, whose
 // rounding then moves dq and dk by up to scale |P k| eps/2 |d_out| |out| per row.
+// d_lse (optional, [B, Hq, L]) is a gradient on the log-sum-exp too: d lse_i / d s_ij = P_ij.
 FlexGrads attention_backward_reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& d_out,
                                        const MaskMod& mask, const ScoreMod& score_mod = {}, double scale = 0.0,
-                                       const Tensor& out = Tensor());
+                                       const Tensor& out = Tensor(), const Tensor& d_lse = Tensor());
 
 }  // namespace lmcore::attention

@@ -24,7 +24,7 @@ struct SdpaOptions {
 
 struct SdpaResult {
   Tensor out;  // [B, Hq, L, Dv]
-  Tensor lse;  // [B, Hq, L] f32
+  Tensor lse;  // [B, Hq, L] f32 (f64 for f64 inputs)
 };
 
 SdpaResult sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& options = {});

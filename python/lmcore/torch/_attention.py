@@ -5,22 +5,22 @@
     out = lmcore.torch.flex_attention(q, k, v, score_mod=lmcore.torch.alibi(slopes), block_mask=bm)
     out.sum().backward()      # q.grad, k.grad, v.grad and slopes.grad
 
-q [B, Hq, L, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv], f32/bf16/f16 (one dtype), any strides; out
-[B, Hq, L, Dv] in q's dtype, lse [B, Hq, L] f32 (natural log); both carry gradients. scale None is 1/sqrt(D). Hq != Hkv needs
+q [B, Hq, L, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv], f32/bf16/f16/f64 (one dtype), any strides; out
+[B, Hq, L, Dv] in q's dtype, lse [B, Hq, L] f32 (f64 for f64 inputs; natural log); both carry gradients. scale None is 1/sqrt(D). Hq != Hkv needs
 enable_gqa=True, as in PyTorch. kernel_options (PyTorch's Triton tuning knobs) are accepted and
 have no effect here.
 
 Score modifiers: lmcore.torch.alibi(slopes), relative_position_bias(table), softcap(c) and their
 chains (a.then(b)) take torch tensors; slopes, tables and a tensor cap that require grad receive
-their gradient (the kernel computes it, f32). Each is also callable with PyTorch's signature
+their gradient (the kernel computes it, in f32, or f64 for f64 inputs). Each is also callable with PyTorch's signature
 (score, b, h, q_idx, kv_idx) on tensors, so the same object drives a plain-torch reference. A
 Python callable score_mod keeps working: it is called per element with 0-d tensors (slow), and its
 derivative with respect to the score comes from torch.autograd per element; a callable whose result
 depends on a tensor that requires grad is refused (its gradient would be lost), use the built-ins.
 
-No f64: the kernels compute in f32 (their score modifiers are f32 functions), so float64 inputs are
-an error rather than a silent downcast; torch.autograd.gradcheck-style checks run on the plain-torch
-f64 reference instead (tests/python/test_torch_flex.py).
+float64 inputs run lmcore's f64 kernels end to end (f64 tiles, score-modifier tables and caps passed
+in f64, f64 out, lse and gradients), so torch.autograd.gradcheck runs on this function itself
+(tests/python/test_torch_flex64.py). Other dtypes compute in f32, with the tables rounded to f32.
 """
 import math
 
@@ -30,7 +30,7 @@ from lmcore import _lmcore
 from lmcore.torch._convert import check_tensor, from_lmcore, to_lmcore
 from lmcore.torch._masks import BlockMask
 
-_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 
 class ScoreMod:
@@ -51,12 +51,14 @@ class ScoreMod:
         return [v for kind, v in self._steps if kind in ("alibi", "rel") or isinstance(v, torch.Tensor)]
 
     def to_lmcore(self):
+        # Tables go in f64 (exact for f32/bf16/f16 ones): the f64 kernels use them as they are, the f32
+        # kernels round them to f32 once.
         m = _lmcore.ScoreMod()
         for kind, v in self._steps:
             if kind == "alibi":
-                step = _lmcore.ScoreMod.alibi(to_lmcore(v.detach().float().contiguous(), "slopes"))
+                step = _lmcore.ScoreMod.alibi(to_lmcore(v.detach().double().contiguous(), "slopes"))
             elif kind == "rel":
-                step = _lmcore.ScoreMod.relative_position_bias(to_lmcore(v.detach().float().contiguous().reshape(-1),
+                step = _lmcore.ScoreMod.relative_position_bias(to_lmcore(v.detach().double().contiguous().reshape(-1),
                                                                          "table"), (v.shape[-1] - 1) // 2)
             elif isinstance(v, torch.Tensor):  # a cap given as a tensor is a parameter
                 step = _lmcore.ScoreMod.softcap(float(v), True)
@@ -116,8 +118,9 @@ def softcap(c):
     return ScoreMod([("softcap", c if isinstance(c, torch.Tensor) else float(c))])
 
 
-def _callable_score_mod(fn):
-    """lmcore.ScoreMod of a Python callable with PyTorch's signature, and its derivative by autograd."""
+def _callable_score_mod(fn, dtype=torch.float32):
+    """lmcore.ScoreMod of a Python callable with PyTorch's signature, and its derivative by autograd.
+    The score reaches fn as a 0-d tensor of `dtype` (float64 for the f64 kernels, float32 otherwise)."""
     probe = fn(torch.tensor(0.5, requires_grad=False), *(torch.tensor(0) for _ in range(4)))
     if isinstance(probe, torch.Tensor) and probe.requires_grad:
         raise ValueError("score_mod: the callable's result depends on a tensor that requires grad, whose gradient "
@@ -125,7 +128,8 @@ def _callable_score_mod(fn):
                          "relative_position_bias(table) or softcap(c) (and .then chains) for trainable modifiers")
 
     def f(s, b, h, q, kv):
-        return float(fn(torch.tensor(s), torch.tensor(b), torch.tensor(h), torch.tensor(q), torch.tensor(kv)))
+        return float(fn(torch.tensor(s, dtype=dtype), torch.tensor(b), torch.tensor(h), torch.tensor(q),
+                        torch.tensor(kv)))
 
     def df(s, b, h, q, kv):
         with torch.enable_grad():
@@ -157,26 +161,15 @@ class _FlexAttention(torch.autograd.Function):
         q, k, v, out, lse, *params = ctx.saved_tensors
         if ctx.zero_q:
             q = torch.zeros_like(q)
-        if d_lse is not None and bool((d_lse != 0).any()):
-            # d lse_i / d s_ij = P_ij, so a gradient g_i on lse adds P_ij g_i to dS_ij = P_ij (dP_ij - delta_i):
-            # delta_i = d_out_i . out_i becomes delta_i - g_i. The kernel takes delta from (out, d_out), so one
-            # extra value column carries it: out 1, d_out -g, v 0 (dP and dq, dk unchanged; its dv is dropped).
-            # (With Dv = 256 the extra column passes the kernel's limit: that case is an error naming it.)
-            one = torch.ones(out.shape[:-1] + (1,), dtype=out.dtype)
-            out = torch.cat([out, one], -1)
-            d_out = torch.cat([d_out, -d_lse.unsqueeze(-1).to(d_out.dtype)], -1)
-            v = torch.cat([v, torch.zeros(v.shape[:-1] + (1,), dtype=v.dtype)], -1)
-            extra = True
-        else:
-            extra = False
+        # d lse_i / d s_ij = P_ij: the kernel adds P_ij d_lse_i to each score's gradient.
+        lm_d_lse = to_lmcore(d_lse.contiguous(), "grad of lse") if d_lse is not None and bool((d_lse != 0).any()) \
+            else None
         want_params = any(ctx.needs_input_grad[7:])
         r = _lmcore.flex_attention_backward(
             to_lmcore(q, "query"), to_lmcore(k, "key"), to_lmcore(v, "value"), to_lmcore(out, "out"),
             to_lmcore(lse, "lse"), to_lmcore(d_out.contiguous(), "grad"), block_mask=ctx.lm_mask,
-            score_mod=ctx.lm_score, scale=ctx.scale, return_score_mod_grads=want_params)
+            score_mod=ctx.lm_score, scale=ctx.scale, return_score_mod_grads=want_params, d_lse=lm_d_lse)
         dq, dk, dv = (from_lmcore(t) for t in r[:3])
-        if extra:
-            dv = dv[..., :-1]
         if ctx.zero_q:
             dq = torch.zeros_like(q)
         grads = [None] * len(params)
@@ -190,10 +183,6 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
                    return_lse=False, kernel_options=None):
     """PyTorch's flex_attention on lmcore: out [B, Hq, L, Dv] (and lse [B, Hq, L] with return_lse)."""
     for name, t in (("query", query), ("key", key), ("value", value)):
-        check_tensor(t, name)
-        if t.dtype == torch.float64:
-            raise TypeError(f"{name}: lmcore's flex attention computes in f32 and takes float32, bfloat16 or "
-                            f"float16, found float64 (convert it, e.g. {name}.float())")
         check_tensor(t, name, _DTYPES)
         if t.dim() != 4:
             raise ValueError(f"{name}: expected 4 dimensions [B, H, L, D], found shape {list(t.shape)}")
@@ -234,7 +223,7 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
     elif isinstance(score_mod, _lmcore.ScoreMod):
         lm_score = score_mod
     elif callable(score_mod):
-        lm_score = _callable_score_mod(score_mod)
+        lm_score = _callable_score_mod(score_mod, torch.float64 if query.dtype == torch.float64 else torch.float32)
     else:
         raise TypeError(f"score_mod: expected a callable score_mod(score, b, h, q_idx, kv_idx) or an lmcore "
                         f"score modifier, found {type(score_mod).__name__}")
