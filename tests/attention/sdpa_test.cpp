@@ -20,16 +20,21 @@ constexpr Bound kOut{16, 0}, kLse{4, 0}, kGrad{16, 0};
 
 void check(const std::string& name, const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& o,
            const MaskMod& as_mask) {
-  const Tensor g = random_tensor(Shape{q.size(0), q.size(1), q.size(2), v.size(3)}, 77);
+  // f32 inputs or f64 ones (the f64 kernels: results, lse and gradients in f64, bounds in f64 epsilons).
+  const DType dt = q.dtype();
+  const Tensor g = random_tensor(Shape{q.size(0), q.size(1), q.size(2), v.size(3)}, 77, dt);
   const SdpaResult r = sdpa(q, k, v, o);
+  ASSERT_EQ(r.out.dtype(), dt);
+  ASSERT_EQ(r.lse.dtype(), dt);
   const FlexResult ref = attention_reference(q, k, v, as_mask);
-  EXPECT_TRUE(close_within(name + " out", r.out, ref.out, DType::f32, kOut));
-  EXPECT_TRUE(close_within(name + " lse", r.lse, ref.lse, DType::f32, kLse));
+  EXPECT_TRUE(close_within(name + " out", r.out, ref.out, dt, kOut));
+  EXPECT_TRUE(close_within(name + " lse", r.lse, ref.lse, dt, kLse));
   const FlexGrads gr = sdpa_backward(q, k, v, r.out, r.lse, g, o);
+  ASSERT_EQ(gr.dq.dtype(), dt);
   const FlexGrads want = attention_backward_reference(q, k, v, g, as_mask);
-  EXPECT_TRUE(close_within(name + " dq", gr.dq, want.dq, DType::f32, kGrad));
-  EXPECT_TRUE(close_within(name + " dk", gr.dk, want.dk, DType::f32, kGrad));
-  EXPECT_TRUE(close_within(name + " dv", gr.dv, want.dv, DType::f32, kGrad));
+  EXPECT_TRUE(close_within(name + " dq", gr.dq, want.dq, dt, kGrad));
+  EXPECT_TRUE(close_within(name + " dk", gr.dk, want.dk, dt, kGrad));
+  EXPECT_TRUE(close_within(name + " dv", gr.dv, want.dv, dt, kGrad));
 }
 
 TEST(Sdpa, DenseCausalAndExplicitMask) {
@@ -49,6 +54,18 @@ TEST(Sdpa, DenseCausalAndExplicitMask) {
   SdpaOptions masked = dense;
   masked.attn_mask = m;
   check("sdpa masked", q, k, v, masked, MaskMod::from_tensor(m));
+}
+
+TEST(Sdpa, F64DenseAndCausal) {
+  // f32-representable values in f64: any f32 step in the f64 path would still miss the f64 bounds by ~1e8.
+  const Tensor q = random_tensor({1, 4, 45, 16}, 4, DType::f64), k = random_tensor({1, 2, 70, 16}, 5, DType::f64),
+               v = random_tensor({1, 2, 70, 8}, 6, DType::f64);
+  SdpaOptions dense;
+  dense.block = 16;
+  check("sdpa f64 dense", q, k, v, dense, MaskMod::all());
+  SdpaOptions causal = dense;
+  causal.causal = true;
+  check("sdpa f64 causal", q, k, v, causal, MaskMod::causal());
 }
 
 TEST(Sdpa, Validation) {

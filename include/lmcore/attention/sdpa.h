@@ -4,7 +4,7 @@
 //   SdpaResult r = sdpa(q, k, v, {.causal = true});
 //   SdpaGrads g = sdpa_backward(q, k, v, r.out, r.lse, d_out, {.causal = true});
 //
-// Shapes as flex_attention (GQA allowed). `attn_mask` is a bool tensor broadcastable to [B, Hq, L, S]
+// Shapes and dtypes as flex_attention (GQA allowed; f64 inputs run the f64 kernels). `attn_mask` is a bool tensor broadcastable to [B, Hq, L, S]
 // (true = attend). It is the same flash-style kernel as flex attention (blocked, online softmax,
 // sgemm tiles) but without block sparsity: with an explicit mask every tile is computed and masked
 // element by element; with causal = true the tiles above the diagonal are skipped, as any flash kernel
