@@ -3,6 +3,7 @@
 // oracle that does not share the backward's chain rule), plus determinism and the opt-out.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -156,6 +157,54 @@ TEST(ScoreModGrads, DeterministicAndOptional) {
   const FlexResult r = flex_attention(p.q, p.k, p.v, opt);
   EXPECT_TRUE(flex_attention_backward(p.q, p.k, p.v, r.out, r.lse, p.g, opt).score_mod_grads.empty());
   EXPECT_EQ(mod.parameter_shapes(), (std::vector<std::vector<std::int64_t>>{{2, 21}, {2}}));
+}
+
+// The element and tile forms agree in each precision (to a few epsilons: the tile form multiplies by
+// 1 / cap where the element form divides), and the double forms keep the tables and the cap as given
+// (f64), while the float forms use them rounded to f32 (what the f32 kernels compute with).
+TEST(ScoreModGrads, ElementAndTileFormsAgreeInF32AndF64) {
+  const ScoreMod mod = ScoreMod::alibi({1.0 / 3.0, -0.2})
+                           .then(ScoreMod::softcap(2.0 / 3.0, true))
+                           .then(ScoreMod::relative_position_bias({0.1, 1.0 / 7.0, -0.3}, 1));
+  ASSERT_EQ(mod.num_parameter_steps(), 3);
+  const std::int64_t nq = 3, nk = 4, q0 = 5, k0 = 3, h = 1;
+  std::vector<double> s64(nq * nk), d64(nq * nk), suf64(3 * nq * nk);
+  std::vector<float> s32(nq * nk), d32(nq * nk), suf32(3 * nq * nk);
+  for (std::int64_t i = 0; i < nq * nk; ++i) {
+    s64[static_cast<std::size_t>(i)] = 0.3 * static_cast<double>(i) - 1.1;
+    s32[static_cast<std::size_t>(i)] = static_cast<float>(s64[static_cast<std::size_t>(i)]);
+  }
+  const std::vector<double> in64 = s64;
+  const std::vector<float> in32 = s32;
+  double* t64[3] = {suf64.data(), suf64.data() + nq * nk, suf64.data() + 2 * nq * nk};
+  float* t32[3] = {suf32.data(), suf32.data() + nq * nk, suf32.data() + 2 * nq * nk};
+  mod.apply_tile(0, h, q0, nq, k0, nk, s64.data(), nk, d64.data(), t64);
+  mod.apply_tile(0, h, q0, nq, k0, nk, s32.data(), nk, d32.data(), t32);
+  for (std::int64_t i = 0; i < nq; ++i) {
+    for (std::int64_t j = 0; j < nk; ++j) {
+      const std::size_t e = static_cast<std::size_t>(i * nk + j);
+      double d = 0, su[3] = {};
+      const double y = mod.apply(in64[e], 0, h, q0 + i, k0 + j, &d, su);
+      const auto near64 = [](double a, double b) { return std::abs(a - b) <= 4 * 0x1p-52 * (std::abs(b) + 1); };
+      const auto near32 = [](float a, float b) { return std::abs(a - b) <= 4 * 0x1p-23f * (std::abs(b) + 1); };
+      EXPECT_PRED2(near64, y, s64[e]);
+      EXPECT_PRED2(near64, d, d64[e]);
+      for (int p = 0; p < 3; ++p) EXPECT_PRED2(near64, su[p], t64[p][e]) << p;
+      float df = 0, suf[3] = {};
+      const float yf = mod.apply(in32[e], 0, h, q0 + i, k0 + j, &df, suf);
+      EXPECT_PRED2(near32, yf, s32[e]);
+      EXPECT_PRED2(near32, df, d32[e]);
+      for (int p = 0; p < 3; ++p) EXPECT_PRED2(near32, suf[p], t32[p][e]) << p;
+      // The f64 form from the formulas, with the f64 parameters: within a few f64 epsilons.
+      const double x = in64[e] + (-0.2) * static_cast<double>(k0 + j - (q0 + i));
+      const double c = 2.0 / 3.0, t = std::tanh(x / c);
+      const double bias[3] = {0.1, 1.0 / 7.0, -0.3};
+      const double want = c * t + bias[std::clamp<std::int64_t>(q0 + i - (k0 + j), -1, 1) + 1];
+      EXPECT_NEAR(y, want, 8 * 0x1p-52 * (std::abs(want) + 1));
+      // The f32 form differs from it by f32 rounding, far more than the f64 bound.
+      EXPECT_GT(std::abs(static_cast<double>(yf) - want), 1e3 * 0x1p-52 * (std::abs(want) + 1));
+    }
+  }
 }
 
 }  // namespace
