@@ -9,7 +9,8 @@ time and its peak RSS growth (peak during the first call minus the RSS once its 
 
 Inputs are torch tensors; lmcore reads them zero-copy through DLPack, so both libraries see the same
 memory. Each op allocates its output in both libraries. Times are medians over several runs after a
-warm-up. `torch/lmcore` > 1 means lmcore is faster.
+warm-up; the two libraries run in alternating blocks of calls (~30 ms each, the first call of a block
+not counted), so that load from other processes on a shared machine falls on both alike. `torch/lmcore` > 1 means lmcore is faster.
 """
 import argparse
 import json
@@ -31,17 +32,27 @@ def lm(t):
     return lmcore.from_dlpack(torch.utils.dlpack.to_dlpack(t))
 
 
-def median_seconds(fn, repeats, budget_s=3.0):
-    fn()  # warm-up: page faults, thread start-up, lazy initialisation
-    times = []
+def median_seconds_alternating(fn_a, fn_b, max_repeats, budget_s=3.0, block_s=0.03):
+    """Medians of fn_a's and fn_b's times, run in alternating blocks of calls (about block_s each)
+    until max_repeats each or the budget is spent (at least one each): fast ops get many samples,
+    and load from other processes falls on both alike. The first call of a block is not counted:
+    torch's OpenMP workers keep spinning on the cores for a while after a torch call, and the next
+    library's first call would be timed against them."""
+    ta, tb = [], []
     start = time.perf_counter()
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
+    while len(ta) < max_repeats:
+        for fn, times in ((fn_a, ta), (fn_b, tb)):
+            fn()  # the block's first call: warm-up
+            t_block = time.perf_counter()
+            while True:
+                t0 = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - t0)
+                if time.perf_counter() - t_block > block_s:
+                    break
         if time.perf_counter() - start > budget_s:
             break
-    return statistics.median(times)
+    return statistics.median(ta), statistics.median(tb)
 
 
 def cases(quick):
@@ -269,13 +280,12 @@ def main():
         return api_table(args, threads)
     lmcore.set_num_threads(threads)
     torch.set_num_threads(threads)
-    repeats = 5 if args.quick else 11
+    repeats = 20 if args.quick else 200
     rows = []
     for op, shape, f_lm, f_torch in cases(args.quick):
         if args.only not in op:
             continue
-        t_lm = median_seconds(f_lm, repeats)
-        t_torch = median_seconds(f_torch, repeats)
+        t_lm, t_torch = median_seconds_alternating(f_lm, f_torch, repeats)
         rows.append((op, shape, t_lm * 1e3, t_torch * 1e3, t_torch / t_lm))
     print(f"lmcore {lmcore.__version__} ({lmcore.simd_target()}) vs torch {torch.__version__}, "
           f"{threads} threads each; median ms; ratio = torch/lmcore (> 1: lmcore faster)")

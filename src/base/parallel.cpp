@@ -217,13 +217,16 @@ void set_num_threads(int n) {
 
 bool in_parallel_region() { return t_in_parallel; }
 
-void parallel_for(std::int64_t begin, std::int64_t end, std::int64_t grain,
-                  const std::function<void(std::int64_t, std::int64_t)>& fn) {
+namespace {
+
+// Cuts [begin, end) into at most max_chunks even chunks of at least `grain` and runs them on the pool
+// (each thread takes the next chunk not yet taken).
+void run_chunks(std::int64_t begin, std::int64_t end, std::int64_t grain, std::int64_t max_chunks,
+                const std::function<void(std::int64_t, std::int64_t)>& fn) {
   if (end <= begin) return;
   const std::int64_t n = end - begin;
   grain = std::max<std::int64_t>(grain, 1);
-  const std::int64_t threads = t_in_parallel ? 1 : num_threads();
-  const std::int64_t chunks = std::min<std::int64_t>(threads, (n + grain - 1) / grain);
+  const std::int64_t chunks = std::min<std::int64_t>(max_chunks, (n + grain - 1) / grain);
   if (chunks <= 1) {
     fn(begin, end);
     return;
@@ -234,6 +237,19 @@ void parallel_for(std::int64_t begin, std::int64_t end, std::int64_t grain,
     const std::int64_t hi = begin + (c + 1) * n / chunks;
     fn(lo, hi);
   });
+}
+
+}  // namespace
+
+void parallel_for(std::int64_t begin, std::int64_t end, std::int64_t grain,
+                  const std::function<void(std::int64_t, std::int64_t)>& fn) {
+  run_chunks(begin, end, grain, t_in_parallel ? 1 : num_threads(), fn);
+}
+
+void parallel_for_balanced(std::int64_t begin, std::int64_t end, std::int64_t grain,
+                           const std::function<void(std::int64_t, std::int64_t)>& fn) {
+  const std::int64_t threads = t_in_parallel ? 1 : num_threads();
+  run_chunks(begin, end, grain, threads == 1 ? 1 : threads * kBalancedChunksPerThread, fn);
 }
 
 }  // namespace lmcore

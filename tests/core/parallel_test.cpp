@@ -104,5 +104,61 @@ TEST_P(ParallelThreads, ExceptionReachesTheCallerAndIsNotKept) {
 
 INSTANTIATE_TEST_SUITE_P(Threads, ParallelThreads, ::testing::Values(1, 2, 4));
 
+// parallel_for_balanced: the same cut on every call, each index once, chunks of at least `grain`, up to
+// kBalancedChunksPerThread per thread.
+TEST_P(ParallelThreads, BalancedCutCoversTheRangeOnceAndIsDeterministic) {
+  for (const auto& [n, grain] : {std::pair<std::int64_t, std::int64_t>{1000, 1}, {1000, 7}, {5, 1}, {64, 64}, {3, 10}}) {
+    auto cut = [&] {
+      std::mutex m;
+      std::set<std::pair<std::int64_t, std::int64_t>> chunks;
+      parallel_for_balanced(10, 10 + n, grain, [&](std::int64_t lo, std::int64_t hi) {
+        std::lock_guard<std::mutex> lock(m);
+        chunks.emplace(lo, hi);
+      });
+      return chunks;
+    };
+    const auto first = cut();
+    const std::int64_t want = GetParam() == 1 ? 1
+                                              : std::min<std::int64_t>(std::int64_t{GetParam()} * kBalancedChunksPerThread,
+                                                                       (n + grain - 1) / grain);
+    EXPECT_EQ(static_cast<std::int64_t>(first.size()), want) << n << " " << grain;
+    std::int64_t next = 10;
+    for (const auto& [lo, hi] : first) {
+      EXPECT_EQ(lo, next);
+      EXPECT_TRUE(hi - lo >= grain || first.size() == 1) << lo << " " << hi;
+      next = hi;
+    }
+    EXPECT_EQ(next, 10 + n);
+    EXPECT_EQ(cut(), first);
+  }
+}
+
+// The point of the balanced cut: a thread held up in its chunk does not hold up the rest, which the
+// other threads take. Chunk 0 waits (up to 10 s) until every other chunk has finished: with a fixed
+// split into one chunk per thread, its thread's other chunks could not run meanwhile.
+TEST(Parallel, BalancedLoopRunsOnWhileOneThreadIsHeldUp) {
+  const int saved = num_threads();
+  for (int threads : {2, 4}) {
+    set_num_threads(threads);
+    const std::int64_t n = std::int64_t{threads} * kBalancedChunksPerThread;
+    std::atomic<std::int64_t> finished{0};
+    std::atomic<std::int64_t> seen_by_first{-1};
+    parallel_for_balanced(0, n, 1, [&](std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t i = lo; i < hi; ++i) {
+        if (i == 0) {
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+          while (finished.load() < n - 1 && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          seen_by_first = finished.load();
+        } else {
+          finished.fetch_add(1);
+        }
+      }
+    });
+    EXPECT_EQ(seen_by_first.load(), n - 1) << threads << " threads";
+  }
+  set_num_threads(saved);
+}
+
 }  // namespace
 }  // namespace lmcore

@@ -24,4 +24,13 @@ bool in_parallel_region();
 void parallel_for(std::int64_t begin, std::int64_t end, std::int64_t grain,
                   const std::function<void(std::int64_t, std::int64_t)>& fn);
 
+// Like parallel_for, but the range is cut into up to kBalancedChunksPerThread * num_threads() chunks
+// (each at least `grain`) that the threads take one at a time: when the OS deschedules one thread
+// (other processes on the cores), the others take its remaining chunks and the loop waits for one
+// small chunk, not for a fixed half of the work. For loops whose chunks write disjoint results and
+// set up little per chunk. The cut depends only on (begin, end, grain, num_threads()), as above.
+inline constexpr int kBalancedChunksPerThread = 8;
+void parallel_for_balanced(std::int64_t begin, std::int64_t end, std::int64_t grain,
+                           const std::function<void(std::int64_t, std::int64_t)>& fn);
+
 }  // namespace lmcore
