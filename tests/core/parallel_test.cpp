@@ -107,7 +107,8 @@ INSTANTIATE_TEST_SUITE_P(Threads, ParallelThreads, ::testing::Values(1, 2, 4));
 // parallel_for_balanced: the same cut on every call, each index once, chunks of at least `grain`, up to
 // kBalancedChunksPerThread per thread.
 TEST_P(ParallelThreads, BalancedCutCoversTheRangeOnceAndIsDeterministic) {
-  for (const auto& [n, grain] : {std::pair<std::int64_t, std::int64_t>{1000, 1}, {1000, 7}, {5, 1}, {64, 64}, {3, 10}}) {
+  for (const auto& c : {std::pair<std::int64_t, std::int64_t>{1000, 1}, {1000, 7}, {5, 1}, {64, 64}, {3, 10}}) {
+    const std::int64_t n = c.first, grain = c.second;  // (clang 14 cannot capture structured bindings)
     auto cut = [&] {
       std::mutex m;
       std::set<std::pair<std::int64_t, std::int64_t>> chunks;
