@@ -1,6 +1,8 @@
 // One transformer block's forward and backward, with the buffer each step reads and writes.
 //   N = B * T tokens, C = dim, Q = n_heads * hd, QKV = Q + 2 * n_kv_heads * hd, F = ffn_dim.
-// Scratch: sA, sB, sC are f32 (N, Wmax); cA, cB are compute-dtype (N, Wmax) and alias sA, sB in f32.
+// Scratch: sA, sB, sC are f32, cA, cB compute dtype, N rows each, as wide as their uses below (the
+// widths are planned in llama.cpp); in f32 as_compute returns its source, so cA, cB (aliases of sA, sB)
+// are never written.
 #include <cstring>
 
 #include "lmcore/attention/flex_attention.h"
@@ -90,6 +92,20 @@ void Llama::Impl::attention_backward(const BlockActs& b, const void* dy) {
   rope_backward(sA, N, T, QKV, Hq + Hkv, rope);
 }
 
+void Llama::Impl::norm_forward(float* out32, float* rstd, const float* x, const void* w, float eps) {
+  if (cg) cg->norm.forward(out32, rstd, x, nullptr, nullptr, norm_weight(w), N);
+  else rmsnorm_forward(out32, rstd, x, norm_weight(w), N, C, eps);
+}
+
+void Llama::Impl::swiglu_from_stored(void* a, const void* gu) {
+  if (f32()) {
+    swiglu_forward(static_cast<float*>(a), static_cast<const float*>(gu), N, F);
+    return;
+  }
+  swiglu_forward(sC, as_f32(gu, sA, N * 2 * F), N, F);  // sA: gu widened, still there for swiglu_backward
+  store(a, sC, N * F);
+}
+
 void Llama::Impl::block_forward(const BlockActs& b, const std::byte* w, float* x_out, const ModelConfig& cfg,
                                 const BlockOffsets& off) {
   const float eps = static_cast<float>(cfg.norm_eps);
@@ -99,8 +115,7 @@ void Llama::Impl::block_forward(const BlockActs& b, const std::byte* w, float* x
   const std::byte* wdown = w + off.wdown * cs;
   // h1 (N, C) = rmsnorm(x_in) * input_norm
   float* h1_32 = f32() ? static_cast<float*>(b.h1) : sA;
-  if (cg) cg->norm.forward(h1_32, b.rstd1, b.x_in, nullptr, nullptr, norm_weight(w + off.input_norm * cs), N);
-  else rmsnorm_forward(h1_32, b.rstd1, b.x_in, norm_weight(w + off.input_norm * cs), N, C, eps);
+  norm_forward(h1_32, b.rstd1, b.x_in, w + off.input_norm * cs, eps);
   store(b.h1, h1_32, N * C);
   // qkv (N, QKV) = h1 @ Wqkv^T, then RoPE on the q and k heads
   float* qkv_32 = f32() ? static_cast<float*>(b.qkv) : sA;
@@ -114,8 +129,7 @@ void Llama::Impl::block_forward(const BlockActs& b, const std::byte* w, float* x
   detail::gemm(ct, false, true, N, C, Q, 1.0f, b.y, Q, wo, Q, 1.0f, b.x_mid, C);
   // h2 (N, C) = rmsnorm(x_mid) * post_norm
   float* h2_32 = f32() ? static_cast<float*>(b.h2) : sA;
-  if (cg) cg->norm.forward(h2_32, b.rstd2, b.x_mid, nullptr, nullptr, norm_weight(w + off.post_norm * cs), N);
-  else rmsnorm_forward(h2_32, b.rstd2, b.x_mid, norm_weight(w + off.post_norm * cs), N, C, eps);
+  norm_forward(h2_32, b.rstd2, b.x_mid, w + off.post_norm * cs, eps);
   store(b.h2, h2_32, N * C);
   // gu (N, 2F) = h2 @ Wgu^T;  a (N, F) = silu(gate) * up
   float* gu_32 = f32() ? static_cast<float*>(b.gu) : sA;
@@ -125,9 +139,8 @@ void Llama::Impl::block_forward(const BlockActs& b, const std::byte* w, float* x
   } else {
     detail::gemm(ct, false, true, N, 2 * F, C, 1.0f, b.h2, C, wgu, C, 0.0f, gu_32, 2 * F);
     store(b.gu, gu_32, N * 2 * F);
-    float* a_32 = f32() ? static_cast<float*>(b.a) : sB;
-    swiglu_forward(a_32, gu_32, N, F);
-    store(b.a, a_32, N * F);
+    // From gu as stored (rounded to bf16 in bf16), so that the backward's recompute gives the same a.
+    swiglu_from_stored(b.a, b.gu);
   }
   if (x_out == nullptr) return;
   // x_out (N, C) = x_mid + a @ Wdown^T
@@ -140,19 +153,32 @@ void Llama::Impl::block_forward(const BlockActs& b, const std::byte* w, float* x
   detail::gemm(ct, false, true, N, C, F, 1.0f, b.a, F, wdown, F, 1.0f, x_out, C);
 }
 
-void Llama::Impl::block_backward(const BlockActs& b, const std::byte* w, float* g, const BlockOffsets& off) {
+void Llama::Impl::block_backward(const BlockActs& b, const std::byte* w, float* g, const BlockOffsets& off,
+                                 float eps) {
   const std::byte* wqkv = w + off.wqkv * cs;
   const std::byte* wo = w + off.wo * cs;
   const std::byte* wgu = w + off.wgu * cs;
   const std::byte* wdown = w + off.wdown * cs;
+  // x_mid (N, C) = x_in + y @ Wo^T again, as the forward formed it
+  if (!recompute) {
+    std::memcpy(b.x_mid, b.x_in, static_cast<std::size_t>(N * C) * 4);
+    detail::gemm(ct, false, true, N, C, Q, 1.0f, b.y, Q, wo, Q, 1.0f, b.x_mid, C);
+  }
   // ---- MLP: x_out = x_mid + a @ Wdown^T ----
   const void* dx_c = as_compute(dx, cB, N * C);
+  // a (N, F) recomputed from gu (with codegen it is kept per block); in bf16 this leaves gu in f32 in sA.
+  if (!keep_a) swiglu_from_stored(b.a, b.gu);
   // da (N, F) = dx @ Wdown;  dWdown (C, F) += dx^T @ a
   detail::gemm(ct, false, false, N, F, C, 1.0f, dx_c, C, wdown, F, 0.0f, sB, F);
   detail::gemm(ct, true, false, C, F, N, 1.0f, dx_c, C, b.a, F, 1.0f, g + off.wdown, F);
   // dgu (N, 2F) from da and the saved gate | up
-  swiglu_backward(sC, sB, as_f32(b.gu, sA, N * 2 * F), N, F);
+  const float* gu32 = f32() ? static_cast<const float*>(b.gu) : keep_a ? as_f32(b.gu, sA, N * 2 * F) : sA;
+  swiglu_backward(sC, sB, gu32, N, F);
   const void* dgu_c = as_compute(sC, cA, N * 2 * F);
+  // h2 (N, C) recomputed from x_mid (rstd2 rewritten with the same values): f32 scratch sA is free again
+  float* h2_32 = f32() ? static_cast<float*>(b.h2) : sA;
+  norm_forward(h2_32, b.rstd2, b.x_mid, w + off.post_norm * cs, eps);
+  store(b.h2, h2_32, N * C);
   // dh2 (N, C) = dgu @ Wgu;  dWgu (2F, C) += dgu^T @ h2
   detail::gemm(ct, false, false, N, C, 2 * F, 1.0f, dgu_c, 2 * F, wgu, C, 0.0f, sB, C);
   detail::gemm(ct, true, false, 2 * F, C, N, 1.0f, dgu_c, 2 * F, b.h2, C, 1.0f, g + off.wgu, C);
@@ -170,6 +196,10 @@ void Llama::Impl::block_backward(const BlockActs& b, const std::byte* w, float* 
   // dqkv (N, QKV) f32 in sA, through flex attention's backward and RoPE's transpose
   attention_backward(b, dy_c);
   const void* dqkv_c = as_compute(sA, cB, N * QKV);
+  // h1 (N, C) recomputed from x_in: f32 scratch sC is free
+  float* h1_32 = f32() ? static_cast<float*>(b.h1) : sC;
+  norm_forward(h1_32, b.rstd1, b.x_in, w + off.input_norm * cs, eps);
+  store(b.h1, h1_32, N * C);
   // dh1 (N, C) = dqkv @ Wqkv;  dWqkv (QKV, C) += dqkv^T @ h1
   detail::gemm(ct, false, false, N, C, QKV, 1.0f, dqkv_c, QKV, wqkv, C, 0.0f, sC, C);
   detail::gemm(ct, true, false, QKV, C, N, 1.0f, dqkv_c, QKV, b.h1, C, 1.0f, g + off.wqkv, C);

@@ -30,6 +30,8 @@ Llama::Llama(const ModelConfig& config, const ModelOptions& options)
   LMCORE_CHECK(options_.seq_len >= 1 && options_.seq_len <= config_.max_seq_len,
                "Llama: seq_len must be in [1, max_position_embeddings = {}], found {}", config_.max_seq_len,
                options_.seq_len);
+  LMCORE_CHECK(options_.head_memory_budget > 0, "Llama: head_memory_budget must be > 0 bytes, found {}",
+               options_.head_memory_budget);
   LMCORE_CHECK(options_.compute == DType::f32 || options_.compute == DType::bf16,
                "Llama: compute dtype must be f32 or bf16, found {}", options_.compute);
   Impl& m = *impl_;
@@ -64,30 +66,35 @@ Llama::Llama(const ModelConfig& config, const ModelOptions& options)
   if (options_.own_parameters) {
     params_ = Tensor::zeros({layout_.size()}, DType::f32);
     grads_ = Tensor::zeros({layout_.size()}, DType::f32);
-    compute_params_ = m.f32() ? params_ : Tensor::zeros({layout_.size()}, m.ct);
-    m.local = std::make_unique<LocalAccess>(layout_, compute_params_, grads_);
+    m.local = std::make_unique<LocalAccess>(layout_, params_, grads_, m.ct);
   }
   m.access = m.local.get();
 
   // ---- plan the arena: every buffer 64-byte aligned ----
   const std::int64_t N = m.N, C = m.C;
-  const std::int64_t wmax = std::max({m.QKV, 2 * m.F, m.Q, C});
+  // Scratch widths (columns of N rows), from the uses in block.cpp and the head:
+  //   sA: h1, h2 (C), qkv and dqkv (QKV), gu widened (2F);  sB: da (F), dh2 (C), dy (Q);
+  //   sC: a (F), dgu (2F), dh1 (C);  cA: dgu, dy;  cB: dx, dqkv  (cA, cB: compute dtype, bf16 only).
+  const std::int64_t wA = std::max({C, m.QKV, 2 * m.F}), wB = std::max({m.F, C, m.Q}), wC = std::max(2 * m.F, C);
+  const std::int64_t wcA = std::max(2 * m.F, m.Q), wcB = std::max(C, m.QKV);
   std::vector<std::pair<void**, std::size_t>> plan;
   auto f32buf = [&](float** p, std::int64_t n) { plan.push_back({reinterpret_cast<void**>(p), static_cast<std::size_t>(n) * 4}); };
   auto ctbuf = [&](void** p, std::int64_t n) { plan.push_back({p, static_cast<std::size_t>(n) * m.cs}); };
   m.blocks.resize(static_cast<std::size_t>(m.L));
-  BlockActs shared;  // the recompute scratch
+  m.keep_a = m.cg != nullptr;
+  m.recompute = options_.recompute;
+  BlockActs shared;  // x_mid, h1 = h2 and a (recomputed in the backward); with recompute, all but x_in
+  f32buf(&shared.x_mid, N * C);
+  ctbuf(&shared.h1, N * C);
+  if (!m.keep_a) ctbuf(&shared.a, N * m.F);
   auto plan_block = [&](BlockActs& b) {
     f32buf(&b.rstd1, N);
-    ctbuf(&b.h1, N * C);
     ctbuf(&b.qkv, N * m.QKV);
     ctbuf(&b.y, N * m.Q);
     f32buf(&b.lse, m.B * m.Hq * m.T);
-    f32buf(&b.x_mid, N * C);
     f32buf(&b.rstd2, N);
-    ctbuf(&b.h2, N * C);
     ctbuf(&b.gu, N * 2 * m.F);
-    ctbuf(&b.a, N * m.F);
+    if (m.keep_a) ctbuf(&b.a, N * m.F);
   };
   for (BlockActs& b : m.blocks) {
     f32buf(&b.x_in, N * C);
@@ -97,12 +104,12 @@ Llama::Llama(const ModelConfig& config, const ModelOptions& options)
   f32buf(&m.x_final, N * C);
   f32buf(&m.rstd_f, N);
   ctbuf(&m.hf, N * C);
-  f32buf(&m.sA, N * wmax);
-  f32buf(&m.sB, N * wmax);
-  f32buf(&m.sC, N * wmax);
+  f32buf(&m.sA, N * wA);
+  f32buf(&m.sB, N * wB);
+  f32buf(&m.sC, N * wC);
   if (!m.f32()) {
-    ctbuf(&m.cA, N * wmax);
-    ctbuf(&m.cB, N * wmax);
+    ctbuf(&m.cA, N * wcA);
+    ctbuf(&m.cB, N * wcB);
   }
   f32buf(&m.dx, N * C);
   std::size_t total = 0;
@@ -118,14 +125,44 @@ Llama::Llama(const ModelConfig& config, const ModelOptions& options)
     m.cA = m.sA;
     m.cB = m.sB;
   }
-  if (options_.recompute) {
-    for (BlockActs& b : m.blocks) {
+  shared.h2 = shared.h1;
+  for (BlockActs& b : m.blocks) {
+    if (options_.recompute) {
       float* x_in = b.x_in;
       b = shared;
       b.x_in = x_in;
     }
+    b.x_mid = shared.x_mid;
+    b.h1 = shared.h1;
+    b.h2 = shared.h2;
+    if (!m.keep_a) b.a = shared.a;
   }
   m.targets64 = Tensor::empty({N}, DType::i64);
+}
+
+LocalAccess::LocalAccess(const ParameterLayout& layout, const Tensor& params, const Tensor& grads, DType compute)
+    : layout_(layout), params_(params), grads_(grads), compute_(compute) {
+  if (compute_ == DType::f32) return;
+  root_ = Tensor::zeros({layout_.units()[0].numel}, compute_);
+  std::int64_t block_numel = 0;
+  for (std::size_t u = 1; u < layout_.units().size(); ++u) block_numel = std::max(block_numel, layout_.units()[u].numel);
+  block_ = Tensor::empty({std::max<std::int64_t>(block_numel, 1)}, compute_);
+}
+
+const void* LocalAccess::weights(int unit) {
+  const UnitSpec& u = layout_.units()[static_cast<std::size_t>(unit)];
+  if (compute_ == DType::f32) return params_.data<float>() + u.offset;
+  if (unit == 0) return root_.data_ptr();
+  if (block_unit_ != unit) {
+    block_.narrow(0, 0, u.numel).copy_(params_.narrow(0, u.offset, u.numel));
+    block_unit_ = unit;
+  }
+  return block_.data_ptr();
+}
+
+void LocalAccess::refresh() {
+  block_unit_ = -1;
+  if (compute_ != DType::f32) root_.copy_(params_.narrow(0, 0, layout_.units()[0].numel));
 }
 
 Llama::~Llama() = default;
@@ -169,8 +206,7 @@ void Llama::zero_grad() {
 }
 
 void Llama::params_updated() {
-  if (impl_->f32() || !options_.own_parameters) return;
-  compute_params_.copy_(params_);
+  if (options_.own_parameters) impl_->local->refresh();
 }
 
 void Llama::set_unit_access(UnitAccess* access) { impl_->access = access ? access : impl_->local.get(); }
@@ -200,8 +236,9 @@ double Llama::flops_per_step() const {
 }
 
 namespace {
-LossOptions head_loss_options(const ModelConfig& c) {
+LossOptions head_loss_options(const ModelConfig& c, const ModelOptions& mo) {
   LossOptions o;
+  o.memory_budget = mo.head_memory_budget;
   o.z_loss = c.z_loss;
   o.softcap = c.logit_softcap;
   o.label_smoothing = c.label_smoothing;
@@ -263,7 +300,7 @@ StepLoss Llama::forward_backward(const std::int32_t* tokens, const std::int32_t*
   const Tensor head = m.ct_tensor(const_cast<std::byte*>(root) + layout_.root().head * m.cs, {m.V, m.C});
   const Tensor d_head = Tensor::from_blob(groot + layout_.root().head, {m.V, m.C}, DType::f32, nullptr);
   const LinearCrossEntropyOutput out =
-      linear_cross_entropy_with_grad(hidden, head, m.targets64, head_loss_options(config_),
+      linear_cross_entropy_with_grad(hidden, head, m.targets64, head_loss_options(config_, options_),
                                      Tensor::full({}, grad_scale, DType::f32), d_head, Tensor());
   StepLoss loss{out.loss.item_as_double(), out.z_loss.item_as_double()};
   // ---- final norm ----
@@ -277,7 +314,7 @@ StepLoss Llama::forward_backward(const std::int32_t* tokens, const std::int32_t*
     const int unit = static_cast<int>(l) + 1;
     const std::byte* w = static_cast<const std::byte*>(access().weights(unit));
     if (options_.recompute) m.block_forward(m.blocks[l], w, nullptr, config_, layout_.block());
-    m.block_backward(m.blocks[l], w, access().grads(unit), layout_.block());
+    m.block_backward(m.blocks[l], w, access().grads(unit), layout_.block(), static_cast<float>(config_.norm_eps));
     access().release(unit);
     access().grads_ready(unit);
   }
@@ -296,7 +333,7 @@ StepLoss Llama::forward_loss(const std::int32_t* tokens, const std::int32_t* tar
   const std::byte* root = forward_trunk(tokens);
   const Tensor hidden = m.ct_tensor(m.hf, {m.N, m.C});
   const Tensor head = m.ct_tensor(const_cast<std::byte*>(root) + layout_.root().head * m.cs, {m.V, m.C});
-  const LossResult r = linear_cross_entropy(hidden, head, m.targets64, head_loss_options(config_));
+  const LossResult r = linear_cross_entropy(hidden, head, m.targets64, head_loss_options(config_, options_));
   access().release(0);
   access().end_step();
   return {r.loss.item_as_double(), r.z_loss.item_as_double()};

@@ -12,34 +12,53 @@
 
 namespace lmcore::model {
 
-// The model's own flat buffers.
+// The model's own flat buffers. In f32 the weights are the f32 parameters themselves. In bf16 the
+// root (embedding, final norm, head: needed from the embedding through the head) has a compute-dtype
+// copy made by refresh(), and a block's weights are converted when the block asks for them, into one
+// block's worth of storage: a forward and a backward convert each block once (the conversion is the
+// same rounding either way, so the products see the same bits), and the copy of all L blocks (2 bytes
+// a parameter) is never held.
 class LocalAccess final : public UnitAccess {
  public:
-  LocalAccess(const ParameterLayout& layout, const Tensor& weights, const Tensor& grads)
-      : layout_(layout), weights_(weights), grads_(grads) {}
-  const void* weights(int unit) override {
-    return static_cast<const std::byte*>(weights_.data_ptr()) + layout_.units()[unit].offset * weights_.itemsize();
-  }
+  LocalAccess(const ParameterLayout& layout, const Tensor& params, const Tensor& grads, DType compute);
+  const void* weights(int unit) override;
   float* grads(int unit) override { return grads_.data<float>() + layout_.units()[unit].offset; }
+  // The f32 parameters changed: the root's copy is remade and the block copy forgotten.
+  void refresh();
 
  private:
   const ParameterLayout& layout_;
-  Tensor weights_, grads_;
+  Tensor params_, grads_;
+  DType compute_;
+  Tensor root_;          // unit 0 in the compute dtype (bf16 only)
+  Tensor block_;         // one block unit in the compute dtype (bf16 only)
+  int block_unit_ = -1;  // the unit whose weights block_ holds, -1 for none
 };
 
-// Saved activations of one block. With recompute every block but x_in points at the shared scratch.
+// Activations of one block. Kept per block (unless recompute): x_in, rstd1, qkv, y, lse, rstd2, gu.
+// x_mid, h1, h2 and a are recomputed in the backward and point at one shared buffer each, so they cost
+// one block's worth instead of L: x_mid = x_in + y @ Wo^T (the o_proj product again: ~8% of a block's
+// forward products, for 4 bytes per token and dim), the norms from x_in / x_mid and the saved rstd,
+// a = SwiGLU of the saved gu (with codegen, a stays per block: its fused SwiGLU is not the plain one).
+// The recomputed values are the forward's bits: the same kernels on the same inputs. With recompute
+// every block but x_in points at the shared scratch.
+//
+// The arena for GPT-2-sized shapes (N 1024, C 768, QKV 2304, F 2048; MiB, f32 | bf16):
+//   per block  x_in 3 | 3, qkv 9 | 4.5, y 3 | 1.5, gu 16 | 8, lse + rstd 0.06     x 12 = 373 | 205
+//   shared     x_mid 3, h 3 | 1.5, a 8 | 4, x_final 3, hf 3 | 1.5, dx 3
+//   scratch    sA 16, sB 8, sC 16 (f32);  cA 8, cB 4.5 (bf16 only)
 struct BlockActs {
   float* x_in = nullptr;   // (N, C) the block's input (residual stream)
   float* rstd1 = nullptr;  // (N)
-  void* h1 = nullptr;      // (N, C) compute dtype: rmsnorm(x_in) * input_norm
+  void* h1 = nullptr;      // (N, C) compute dtype: rmsnorm(x_in) * input_norm (shared)
   void* qkv = nullptr;     // (N, QKV) compute dtype: q and k after RoPE, v
   void* y = nullptr;       // (N, Q) compute dtype: attention output as (B, T, Hq, hd)
   float* lse = nullptr;    // (B, Hq, T)
-  float* x_mid = nullptr;  // (N, C) x_in + o_proj(y)
+  float* x_mid = nullptr;  // (N, C) x_in + o_proj(y) (shared)
   float* rstd2 = nullptr;  // (N)
-  void* h2 = nullptr;      // (N, C) compute dtype
+  void* h2 = nullptr;      // (N, C) compute dtype (shared with h1)
   void* gu = nullptr;      // (N, 2F) compute dtype: gate | up
-  void* a = nullptr;       // (N, F) compute dtype: silu(gate) * up
+  void* a = nullptr;       // (N, F) compute dtype: silu(gate) * up, from gu as stored (shared)
 };
 
 struct Llama::Impl {
@@ -70,6 +89,8 @@ struct Llama::Impl {
     codegen::GemmKernel gate_up, down;
   };
   std::unique_ptr<Codegen> cg;
+  bool keep_a = false;  // a kept per block (codegen's fused SwiGLU) instead of recomputed
+  bool recompute = false;  // ModelOptions::recompute: the backward follows a fresh block_forward
 
   bool f32() const { return ct == DType::f32; }
   std::byte* at(void* p, std::int64_t elems) const { return static_cast<std::byte*>(p) + elems * static_cast<std::int64_t>(cs); }
@@ -99,14 +120,19 @@ struct Llama::Impl {
   Tensor ct_tensor(void* p, const Shape& shape) const { return Tensor::from_blob(p, shape, ct, nullptr); }
 
   // ---- block.cpp ----
+  // out32 (N, C) f32 = rmsnorm(x) * w, rstd (N): the same kernel in the forward and in a recompute.
+  void norm_forward(float* out32, float* rstd, const float* x, const void* w, float eps);
+  // a (N, F) = silu(gate) * up of the stored gu (compute dtype), through f32 scratch in bf16.
+  void swiglu_from_stored(void* a, const void* gu);
   // Document masks of this micro-batch: a document starts at every eos token.
   void build_document_masks(const std::int32_t* tokens, std::int64_t eos);
   // Block l's forward from b.x_in; writes x_out (the next block's input) unless it is null (recompute).
   void block_forward(const BlockActs& b, const std::byte* w, float* x_out, const ModelConfig& cfg,
                      const BlockOffsets& off);
   // Block l's backward: dx holds d loss / d x_out on entry and d loss / d x_in on exit; parameter
-  // gradients are ADDED into g (the unit's f32 gradient buffer).
-  void block_backward(const BlockActs& b, const std::byte* w, float* g, const BlockOffsets& off);
+  // gradients are ADDED into g (the unit's f32 gradient buffer). Recomputes x_mid, h1, h2 and a
+  // (BlockActs; x_mid not after a fresh block_forward).
+  void block_backward(const BlockActs& b, const std::byte* w, float* g, const BlockOffsets& off, float eps);
 
  private:
   void attention_forward(const BlockActs& b);

@@ -7,8 +7,9 @@
 //   loss = linear_cross_entropy(rmsnorm(x), head)                   the fused head: no (N, V) logits
 //
 // Parameters, gradients and AdamW state are f32 flat buffers (parameters.h). With compute dtype bf16
-// the matrix products take bf16 operands (a bf16 copy of the weights, refreshed by params_updated(),
-// and bf16 activations) and accumulate in f32; norms, RoPE, SwiGLU, softmax and the loss run in f32.
+// the matrix products take bf16 operands (bf16 weights: the root's copy refreshed by params_updated(),
+// each block's converted when the block runs; and bf16 activations) and accumulate in f32; norms,
+// RoPE, SwiGLU, softmax and the loss run in f32.
 //
 // Activations that the backward needs live in one arena planned from the config and the batch shape
 // (activation_bytes()). With recompute, only each block's input is kept and the backward recomputes
@@ -42,6 +43,10 @@ struct ModelOptions {
   // compiled at construction or loaded from the kernel cache, the generic kernels when no compiler).
   // f32 compute only; bf16 keeps the regular path.
   bool codegen = false;
+  // Bytes the fused loss head may spend on its tiles of logits (LossOptions::memory_budget). The
+  // default keeps the GPT-2-sized head (N 1024 x V 32000) at a quarter of its logits, in tiles still
+  // wide enough for full-speed products (bench train measures both).
+  std::int64_t head_memory_budget = std::int64_t{32} << 20;
   // false: the model allocates no parameter, gradient or compute-weight buffers; a UnitAccess must be
   // installed before use (sharded training keeps only a shard of each on every rank).
   bool own_parameters = true;
@@ -132,7 +137,7 @@ class Llama {
   ModelConfig config_;
   ModelOptions options_;
   ParameterLayout layout_;
-  Tensor params_, grads_, compute_params_;
+  Tensor params_, grads_;
   std::unique_ptr<Impl> impl_;
 };
 
