@@ -12,25 +12,25 @@
 
 namespace lmcore::model {
 
-// The model's own flat buffers. In f32 the weights are the f32 parameters themselves. In bf16 the
-// root (embedding, final norm, head: needed from the embedding through the head) has a compute-dtype
-// copy made by refresh(), and a block's weights are converted when the block asks for them, into one
-// block's worth of storage: a forward and a backward convert each block once (the conversion is the
-// same rounding either way, so the products see the same bits), and the copy of all L blocks (2 bytes
-// a parameter) is never held.
+// The model's own flat buffers. In f32 the weights are the f32 parameters themselves. In bf16:
+//  - a block's weights are converted when the block asks for them, into one block's worth of storage
+//    (a forward and a backward convert each block once; the copy of all L blocks is never held);
+//  - the root (embedding, final norm, head) is served in f32, and the model rounds what it reads of
+//    it (Impl::root_f32): embedding rows, the final norm's weight, and the [V, C] head, rounded into
+//    the scratch buffers, which are dead while the head runs.
+// Either way the products see the bits that a bf16 copy of the whole buffer would hold.
 class LocalAccess final : public UnitAccess {
  public:
   LocalAccess(const ParameterLayout& layout, const Tensor& params, const Tensor& grads, DType compute);
   const void* weights(int unit) override;
   float* grads(int unit) override { return grads_.data<float>() + layout_.units()[unit].offset; }
-  // The f32 parameters changed: the root's copy is remade and the block copy forgotten.
-  void refresh();
+  // The f32 parameters changed: the block copy is stale.
+  void refresh() { block_unit_ = -1; }
 
  private:
   const ParameterLayout& layout_;
   Tensor params_, grads_;
   DType compute_;
-  Tensor root_;          // unit 0 in the compute dtype (bf16 only)
   Tensor block_;         // one block unit in the compute dtype (bf16 only)
   int block_unit_ = -1;  // the unit whose weights block_ holds, -1 for none
 };
@@ -83,6 +83,8 @@ struct Llama::Impl {
   std::unique_ptr<LocalAccess> local;
   UnitAccess* access = nullptr;
   std::vector<float> norm_w;  // one norm weight in f32 (bf16 compute)
+  // The access serves the root in f32 (LocalAccess in bf16): root reads round to the compute dtype.
+  bool root_f32 = false;
   // ModelOptions::codegen: the blocks' RMSNorm, gate/up with SwiGLU (gu kept), down with the residual.
   struct Codegen {
     codegen::RmsNormKernel norm;
@@ -118,6 +120,15 @@ struct Llama::Impl {
     return as_f32(w, norm_w.data(), C);
   }
   Tensor ct_tensor(void* p, const Shape& shape) const { return Tensor::from_blob(p, shape, ct, nullptr); }
+
+  // ---- root reads (llama.cpp); `root` is access->weights(0), `off` an element offset in the root ----
+  // x0 (N, C) f32 = rows tokens[n] of the embedding at `off`, as the compute dtype holds them.
+  void embed_rows(float* x0, const std::byte* root, std::int64_t off, const std::int32_t* tokens);
+  // The final norm's weight in f32, as the compute dtype holds it.
+  const float* root_norm_weight(const std::byte* root, std::int64_t off);
+  // The head [V, C] in the compute dtype (with root_f32, rounded into the scratch from sA on: valid
+  // until the scratch is next written).
+  const void* head_weight(const std::byte* root, std::int64_t off);
 
   // ---- block.cpp ----
   // out32 (N, C) f32 = rmsnorm(x) * w, rstd (N): the same kernel in the forward and in a recompute.
