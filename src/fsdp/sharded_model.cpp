@@ -61,6 +61,10 @@ class ShardedLlama::Access final : public model::UnitAccess {
   void release(int u) override {
     Unit& x = units_[u];
     if (u == 0) return;  // the root stays gathered through the micro-batch (end_step frees it)
+    // The last block's forward ends right before the head, and backward starts with that block: it
+    // stays gathered between the two, as the root does, instead of being freed and gathered again
+    // (the memory it holds is the same that the first backward unit's prefetch would take).
+    if (forward_ && with_backward_ && u == last_unit()) return;
     const int policy = s_.reshard_policy();
     if (!forward_ || !with_backward_ || policy == s_.world_) {
       x.full = Tensor();
@@ -102,7 +106,8 @@ class ShardedLlama::Access final : public model::UnitAccess {
     forward_ = false;
     order_.clear();
     for (int u = static_cast<int>(units_.size()) - 1; u >= 1; --u) order_.push_back(u);
-    // The head's backward runs now: the last blocks' all-gathers travel meanwhile.
+    // Backward starts with the last block, still gathered from forward (release); deeper prefetch starts
+    // the next ones now.
     for (int i = 0; i < s_.options_.prefetch && i < static_cast<int>(order_.size()); ++i) issue_if_needed(order_[i]);
   }
 
@@ -188,6 +193,8 @@ class ShardedLlama::Access final : public model::UnitAccess {
     if (it == order_.end()) return;
     for (int i = 1; i <= s_.options_.prefetch && it + i < order_.end(); ++i) issue_if_needed(*(it + i));
   }
+
+  int last_unit() const { return static_cast<int>(units_.size()) - 1; }
 
   ShardedLlama& s_;
   std::vector<Unit> units_;
@@ -328,7 +335,8 @@ double ShardedLlama::time_step_communication() {
     g.all_gather_single(full, in);
   };
   for (const UnitShard& u : units_) gather(u, *pg_, world_);  // forward
-  for (std::size_t i = units_.size() - 1; i >= 1; --i) {    // backward
+  // backward: the last block is still gathered from forward
+  for (std::size_t i = units_.size() - 1; i-- > 1;) {
     if (policy == world_) gather(units_[i], *pg_, world_);
     else if (policy > 1) gather(units_[i], *k_group_, policy);
   }

@@ -8,7 +8,8 @@
 //   forward   all_gather_single of the unit's shards (in param_dtype) before it runs, with the next
 //             `prefetch` units' all-gathers already issued; after it ran, its full parameters are
 //             freed (reshard_after_forward = W, the default), kept (0: ZeRO-2 style) or kept as 1/k
-//             (k dividing W: backward then all-gathers within groups of k consecutive ranks);
+//             (k dividing W: backward then all-gathers within groups of k consecutive ranks); the
+//             last block, which backward uses first, stays gathered until then;
 //   backward  all-gathers again in reverse order, with prefetch; each unit's gradients leave through
 //             reduce_scatter_single (average over ranks, in reduce_dtype) as soon as its backward is
 //             done, on a second process group when separate_reduce_scatter_group is set (its own
