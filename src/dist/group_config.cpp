@@ -66,6 +66,7 @@ GroupConfig& GroupConfig::operator=(const GroupConfig& other) {
   connect_timeout = other.connect_timeout;
   direct_max_bytes = other.direct_max_bytes;
   ring_chunk_bytes = other.ring_chunk_bytes;
+  inline_max_bytes = other.inline_max_bytes;
   call_timeout_ms_ = other.call_timeout_ms_.load();
   return *this;
 }
@@ -117,6 +118,7 @@ GroupConfig GroupConfig::resolve(const GroupOptions& o) {
   }
   c.direct_max_bytes = o.direct_max_bytes;
   c.ring_chunk_bytes = o.ring_chunk_bytes;
+  c.inline_max_bytes = o.inline_max_bytes;
   return c;
 }
 

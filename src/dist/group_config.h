@@ -37,6 +37,9 @@ class GroupConfig {
   // Algorithm choice; part of every call's header, so ranks that cut data differently are caught.
   std::size_t direct_max_bytes = 0;
   std::size_t ring_chunk_bytes = 0;
+  // Not in the header: ranks that disagree send different first-round messages, which the header
+  // round reports as a mismatch (the payload bytes differ).
+  std::size_t inline_max_bytes = 0;
 
   std::chrono::milliseconds call_timeout() const { return std::chrono::milliseconds(call_timeout_ms_.load()); }
   void set_call_timeout(std::chrono::milliseconds timeout);  // must be positive

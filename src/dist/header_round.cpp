@@ -185,11 +185,12 @@ void check_split_tables(CallContext& ctx) {
 }
 
 // The first round can carry the payload itself when each peer's share is at most inline_limit(n)
-// and the call would take a one-round direct path anyway (so direct_max_bytes still decides: 0
-// forces the rings). Then a collective costs one latency, as in Gloo, instead of a header round
-// followed by a payload round. Every receive is posted for a header plus inline_limit(n), whatever
-// this rank expects, so a peer that disagrees (and so sends more or less) still lands inside the
-// buffer; the headers then disagree and no rank uses a payload.
+// (and the group's inline_max_bytes) and the call would take a one-round direct path anyway (so
+// direct_max_bytes still decides: 0 forces the rings). Then a collective costs one latency, as in
+// Gloo, instead of a header round followed by a payload round. Every receive is posted for a header
+// plus inline_limit(n), whatever this rank expects (or its inline_max_bytes), so a peer that
+// disagrees (and so sends more or less) still lands inside the buffer; the headers then disagree and
+// no rank uses a payload.
 //
 // The limit shares about 4 MiB of receive buffer among the peers, between 256 KiB and 1 MiB each:
 // with 4 ranks a 4 MiB all_gather_single then travels in one message per peer, which measured
@@ -230,7 +231,7 @@ InlinePlan inline_plan(const CallContext& ctx, const Header& mine) {
     default:
       break;
   }
-  plan.on = plan.on && plan.bytes <= inline_limit(ctx.size());
+  plan.on = plan.on && plan.bytes <= std::min(inline_limit(ctx.size()), ctx.config().inline_max_bytes);
   return plan;
 }
 

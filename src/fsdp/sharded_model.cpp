@@ -202,6 +202,12 @@ class ShardedLlama::Access final : public model::UnitAccess {
   bool forward_ = true, with_backward_ = true;
 };
 
+dist::GroupOptions group_options_for_sharding(dist::GroupOptions base) {
+  base.direct_max_bytes = std::numeric_limits<std::size_t>::max();
+  base.inline_max_bytes = 0;
+  return base;
+}
+
 int ShardedLlama::reshard_policy() const {
   const int p = options_.reshard_after_forward;
   return p < 0 || p >= world_ ? world_ : (p == 1 ? world_ : p);

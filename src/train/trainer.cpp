@@ -201,7 +201,7 @@ TrainResult run_training(const TrainOptions& opts) {
   std::optional<detail::Resume> joined;  // elastic: this process was restarted and joined a running job
   const std::string ckpt_parent = (fs::path(o.out) / "checkpoints").string();
   if (o.fsdp) {
-    dist::GroupOptions go;
+    dist::GroupOptions go = fsdp::group_options_for_sharding();
     go.name = "train";
     fsdp::FsdpOptions fo;
     fo.reshard_after_forward = o.reshard_after_forward;

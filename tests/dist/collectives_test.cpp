@@ -155,12 +155,15 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives, ::testing::Values(2, 3, 4));
 // The rings with many small pieces in flight (odd piece sizes, segments of unequal length, both
 // receive buffers reused), and the direct algorithms on every size: the defaults reach these
 // paths only with megabytes of data.
-void pieces_and_direct(int rank, int n, const std::string& store, std::size_t direct_max, std::size_t chunk) {
+void pieces_and_direct(int rank, int n, const std::string& store, std::size_t direct_max, std::size_t chunk,
+                       std::size_t inline_max = GroupOptions().inline_max_bytes) {
   GroupOptions o = testing::group_options(rank, n, store);
   o.direct_max_bytes = direct_max;
   o.ring_chunk_bytes = chunk;
+  o.inline_max_bytes = inline_max;
   ProcessGroup pg(o);
-  const std::string how = fmt::format("direct_max_bytes {} ring_chunk_bytes {}", direct_max, chunk);
+  const std::string how =
+      fmt::format("direct_max_bytes {} ring_chunk_bytes {} inline_max_bytes {}", direct_max, chunk, inline_max);
   for (DType dt : {DType::f32, DType::i64}) {
     const std::string dn(dtype_name(dt));
     for (std::int64_t count : {std::int64_t{37}, std::int64_t{5001}}) {
@@ -190,6 +193,8 @@ TEST_P(Collectives, RingsInSmallPiecesAndDirectAlgorithmsMatchLocalComputation) 
   EXPECT_TRUE(run_ranks(n, [&](int rank) {
     pieces_and_direct(rank, n, store + "/ring", 0, 1000);         // rings only, ~1000-byte pieces
     pieces_and_direct(rank, n, store + "/direct", 1 << 30, 1000);  // direct algorithms only
+    // direct, and no payload in the header messages (sharded training's groups)
+    pieces_and_direct(rank, n, store + "/apart", 1 << 30, 1000, 0);
   }));
 }
 
@@ -368,6 +373,30 @@ TEST(Mismatch, AllGatherThatOverlapsItsHeaderRound) {
       }, fmt::format("in={}", count + 4), direct_max);
     }
   }
+}
+
+// One rank keeps payloads out of the header messages (inline_max_bytes 0), the others do not: their
+// first-round messages differ in length, and every rank must see a mismatch, not a crash or a hang.
+TEST(Mismatch, RanksThatDisagreeOnInlinePayloads) {
+  const int n = 3;
+  const std::string store = fresh_store("mismatch-inline");
+  EXPECT_TRUE(run_ranks(n, [&](int rank) {
+    GroupOptions o = testing::group_options(rank, n, store, std::chrono::seconds(10));
+    if (rank == 1) o.inline_max_bytes = 0;
+    ProcessGroup pg(o);
+    bool thrown = false;
+    try {
+      Tensor in = Tensor::zeros({1000}, DType::f32), out = Tensor::zeros({n * 1000}, DType::f32);
+      pg.all_gather_single(out, in);
+    } catch (const DistError& e) {
+      thrown = true;
+      RANK_CHECK(e.kind() == DistErrorKind::mismatch, "kind {}: {}", static_cast<int>(e.kind()), e.what());
+      RANK_CHECK(std::string(e.what()).find("with 4000 payload bytes") != std::string::npos,
+                 "message lacks the payload sizes: {}", e.what());
+    }
+    RANK_CHECK(thrown, "no error on rank {}", rank);
+    RANK_CHECK(!pg.is_broken(), "a mismatch must leave the group usable");
+  }));
 }
 
 TEST(Mismatch, DifferentCollectives) {

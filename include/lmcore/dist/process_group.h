@@ -33,6 +33,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -99,6 +100,11 @@ struct GroupOptions {
   // pieces of about ring_chunk_bytes (at least two pieces per segment from 256 KiB).
   std::size_t direct_max_bytes = 4096 * 1024;
   std::size_t ring_chunk_bytes = 4096 * 1024;
+  // At most this many payload bytes per peer travel in the header's message (below the built-in
+  // limit above). There they cost a copy into the message and one out of it; 0 keeps the payload
+  // apart: it lands straight in the output and leaves straight from the input, one round later.
+  // For calls that bandwidth bounds, not latency (sharded training: fsdp::group_options_for).
+  std::size_t inline_max_bytes = std::numeric_limits<std::size_t>::max();
   int trace_size = 256;     // flight recorder entries (LMCORE_DIST_TRACE_SIZE)
   std::string trace_dir;    // where dumps go (LMCORE_DIST_TRACE_DIR; default $TMPDIR/lmcore-trace)
 };

@@ -47,6 +47,17 @@ struct FsdpOptions {
   dist::GroupOptions group_options;
 };
 
+// The options of the groups that sharded training talks over: `base` with every collective on the
+// direct algorithms (each block straight to the rank that needs it: no ring hops, each of which waits
+// on a thread wake-up) and the payload kept out of the header messages (gathered blocks land straight
+// in the unsharded parameters, gradients leave straight from their buffer, instead of a copy into
+// and one out of a message). A step's collectives are few, large and bound by bandwidth, and those
+// copies and wake-ups take CPU from the compute they overlap with. The direct reduce-scatter receives
+// every rank's part of a unit: one unit's worth of receive buffer per group. Independent of the
+// model, so that ranks started with different configs still meet in the start-up check. The
+// trainer's group and the ones ShardedLlama makes from FsdpOptions::group_options use it.
+dist::GroupOptions group_options_for_sharding(dist::GroupOptions base = {});
+
 // One unit's place in the shards.
 struct UnitShard {
   std::int64_t offset = 0, numel = 0;  // the unit in the flat layout
