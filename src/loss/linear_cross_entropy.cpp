@@ -111,6 +111,12 @@ struct GradSinks {
 template <typename Acc, typename In = Acc>
 class FusedLce {
   static constexpr bool kLowp = !std::is_same_v<Acc, In>;
+  // Weight-gradient rows per BLAS call. OpenBLAS packs the d_logits operand of a call whole (up to
+  // its GEMM_R columns) into its per-thread buffer, and the pages it touches there stay resident: one
+  // call over a slice of V / threads rows grew the process by ~50 MiB with the default budget (N = 2048,
+  // V = 32000, 2 threads: more than a third of the tile itself). 2048 rows cap that at a few MiB at no
+  // measured cost in speed (the other operand, the tile's hidden rows, is small and cache-resident).
+  static constexpr std::int64_t kDwRows = 2048;
 
  public:
   FusedLce(const Tensor& hidden, const Tensor& weight, const LossSetup<Acc>& S, const loss_detail::Tiling& tiling)
@@ -189,9 +195,12 @@ class FusedLce {
         const In* w = wsrc_[static_cast<std::size_t>(p)].rows(p0, pn, &ldw);
         // d_hidden_p[t, H] += d_logits[t, pn] @ W[pn, H]
         gemm(false, false, t, h_, pn, dz + (p0 - j0), c, w, ldw, Acc(1), dh_of(p, sinks), ldd);
-        // d_weight[pn, H] += d_logits[t, pn]^T @ hidden[t, H]
+        // d_weight[pn, H] += d_logits[t, pn]^T @ hidden[t, H], in pieces of kDwRows rows (see below)
         if (sinks.dw)
-          gemm(true, false, pn, h_, t, dz + (p0 - j0), c, hb, ldh, Acc(1), sinks.dw + p0 * sinks.dw_ld, sinks.dw_ld);
+          for (std::int64_t q0 = p0; q0 < p0 + pn; q0 += kDwRows) {
+            const std::int64_t qn = std::min(kDwRows, p0 + pn - q0);
+            gemm(true, false, qn, h_, t, dz + (q0 - j0), c, hb, ldh, Acc(1), sinks.dw + q0 * sinks.dw_ld, sinks.dw_ld);
+          }
         if (sinks.db)
           for (std::int64_t r = 0; r < t; ++r) {
             const Acc* row = dz_acc + r * c + (p0 - j0);
@@ -372,8 +381,11 @@ LinearCrossEntropyOutput run_fused(const char* op, const Tensor& hidden, const T
   constexpr bool kLowp = !std::is_same_v<Acc, In>;
   constexpr std::int64_t kLowpMinRows = 512, kLowpChunkRows = 4096;
   const std::size_t tile_bytes = sizeof(Acc) + (kLowp ? sizeof(In) : 0);
+  LossOptions tiled = options;
+  if (!kLowp && options.memory_budget > 0 && options.chunk_size == 0 && options.token_tile == 0)
+    tiled.memory_budget = loss_detail::tile_budget(n, v, sizeof(Acc), options);
   const loss_detail::Tiling tiling = loss_detail::choose_tiling(
-      op, n, h, v, tile_bytes, options, hidden.dtype() != dtype_of<In> || weight.dtype() != dtype_of<In>,
+      op, n, h, v, tile_bytes, tiled, hidden.dtype() != dtype_of<In> || weight.dtype() != dtype_of<In>,
       kLowp ? 1 : num_threads(), kLowp ? kLowpMinRows : loss_detail::kMinRowsPerTile,
       kLowp ? kLowpChunkRows : loss_detail::kMinRowsPerTile);
   FusedLce<Acc, In> kernel(hidden, weight, S, tiling);

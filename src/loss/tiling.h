@@ -20,6 +20,24 @@ struct Tiling {
 // the GEMMs get too thin to run at full speed.
 inline constexpr std::int64_t kMinRowsPerTile = 64;
 
+// The bytes the automatic tiling may give the logits tile (BLAS paths): options.memory_budget, but no
+// more than an eighth of the [N, V] logits in the accumulation type, which the unfused path (torch's
+// nn.Linear + cross_entropy) holds about three times over (logits, softmax, their gradient), and never
+// under kMinTileBudget. So the fused path's extra memory stays a fixed small fraction of what the
+// unfused one needs, also for short batches where 128 MiB would be half of it. Measured with
+// N = 2048, H = 1024, V = 32000, f32, 2 threads (lmcore.torch vs nn.Linear + CrossEntropyLoss,
+// bench/compare_torch.py --torch-api): the 128 MiB tile made lmcore's peak growth 1/2.8 of torch's,
+// the 31 MiB one that this rule picks 1/4.4; the price is ~12% of the speed (every tile re-reads W and
+// re-writes d_weight, and a tile of 128 rows pays that 8 times instead of 2). At N >= 4096 or
+// V = 128256 the rule leaves 128 MiB as it was. Not applied on the matrix units, whose products need
+// the rows (see linear_cross_entropy.cpp), nor when the caller sets chunk_size or token_tile.
+inline constexpr std::int64_t kMinTileBudget = std::int64_t{8} << 20;
+inline std::int64_t tile_budget(std::int64_t n, std::int64_t v, std::size_t acc_size, const LossOptions& o) {
+  const double unfused = static_cast<double>(n) * static_cast<double>(v) * static_cast<double>(acc_size);
+  const std::int64_t eighth = static_cast<std::int64_t>(std::min(unfused / 8, 9.0e18));
+  return std::min(o.memory_budget, std::max(eighth, kMinTileBudget));
+}
+
 // `slices`: how many threads convert weight panels at once (each has its own panel buffer).
 // `min_rows`: the fewest rows a whole-vocabulary tile may have; below it the vocabulary is chunked
 // with `chunk_rows` rows per tile (both kMinRowsPerTile for BLAS; larger on the matrix units, see

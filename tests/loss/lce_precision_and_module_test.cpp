@@ -119,6 +119,27 @@ TEST(LinearCrossEntropyPrecision, TilingKeepsWholeVocabularyTilesOnlyWhileTheyHo
   EXPECT_EQ(units(200, 128256).cols, (128 << 20) / (200 * 6));
 }
 
+// The budget rule of the BLAS paths: memory_budget, capped at an eighth of the [N, V] logits in the
+// accumulation type, never under kMinTileBudget.
+TEST(LinearCrossEntropyPrecision, TileBudgetIsAnEighthOfTheUnfusedLogitsAtMost) {
+  using loss_detail::tile_budget;
+  LossOptions o;  // 128 MiB
+  EXPECT_EQ(tile_budget(2048, 32000, 4, o), std::int64_t{2048} * 32000 * 4 / 8);  // 31.25 MiB: 256 rows
+  EXPECT_EQ(tile_budget(2048, 128256, 4, o), std::int64_t{2048} * 128256 * 4 / 8);  // 125.25 MiB
+  EXPECT_EQ(tile_budget(4096, 128256, 4, o), o.memory_budget);                      // capped by the option
+  EXPECT_EQ(tile_budget(2048, 32000, 8, o), std::int64_t{2048} * 32000 * 8 / 8);    // f64 logits
+  EXPECT_EQ(tile_budget(70, 300, 8, o), loss_detail::kMinTileBudget);                // small: the floor
+  o.memory_budget = 20000;
+  EXPECT_EQ(tile_budget(2048, 32000, 4, o), 20000);  // an explicit small budget stays
+  EXPECT_EQ(tile_budget(std::int64_t{1} << 40, std::int64_t{1} << 30, 8, o), 20000);  // no overflow
+  // The chosen tiling for N = 2048, V = 32000 in f32: whole-vocabulary tiles of 256 rows.
+  o = LossOptions();
+  o.memory_budget = tile_budget(2048, 32000, 4, o);
+  const loss_detail::Tiling t = loss_detail::choose_tiling("t", 2048, 1024, 32000, 4, o, false);
+  EXPECT_EQ(t.rows, 256);
+  EXPECT_EQ(t.cols, 32000);
+}
+
 TEST(LinearCrossEntropyPrecision, Bf16WeightGradientIsSummedInF32AndRoundedOnce) {
   const std::int64_t n = 300, h = 16, v = 50;
   const Tensor hb = random_tensor({n, h}, 11, 1.0, DType::bf16), wb = random_tensor({v, h}, 12, 0.3, DType::bf16);
