@@ -50,6 +50,7 @@ struct LossOptions {
   // Bytes the fused path may spend on its logits tile when it chooses the tiling itself. 128 MiB
   // gives ~260 token rows per tile at V = 128256 in f32: fewer rows make every tile re-read all of
   // W and re-write all of d_weight more often (about 25% slower at 64 MiB in `lmcore bench lce`).
+  // Off the matrix units the tile also takes at most an eighth of the [N, V] logits (>= 8 MiB).
   std::int64_t memory_budget = std::int64_t{128} << 20;
   // Arithmetic type: f32 (default) or f64. bf16/f16 inputs are widened to it.
   DType accumulate = DType::f32;

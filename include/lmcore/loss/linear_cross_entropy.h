@@ -24,9 +24,11 @@
 // (OpenBLAS is held at one thread during the call): a tile's few hundred rows against all of W run
 // several times slower under OpenBLAS's own threading than as independent per-core calls.
 //
-// Memory: with chunk_size = token_tile = 0 the tiling is picked from options.memory_budget: the
-// whole vocabulary per tile with T = budget / (V * 4) rows when that is at least 64 rows, otherwise
-// T = 64 and C = budget / (64 * 4). Extra memory is then about the budget whatever V is, plus one
+// Memory: with chunk_size = token_tile = 0 the tiling is picked from a budget B: options.memory_budget,
+// capped at an eighth of the [N, V] logits in the accumulation type (what the unfused path holds about
+// three times over) but not under 8 MiB; the matrix units use memory_budget as it is. The whole
+// vocabulary per tile with T = B / (V * 4) rows when that is at least 64 rows, otherwise T = 64 and
+// C = B / (64 * 4). Extra memory is then about the budget whatever V is, plus one
 // [T, H] partial d_hidden per thread beyond the first, plus, for bf16/f16 inputs, f32 copies of a
 // tile of hidden and of a weight panel per thread (budget / 8 in all), plus an f32 [V, H]
 // accumulator only when d_weight is not itself f32 (pass an f32 d_weight to avoid it).
