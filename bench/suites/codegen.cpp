@@ -30,6 +30,7 @@
 #include "lmcore/codegen/runtime.h"
 #include "lmcore/core/matmul.h"
 #include "lmcore/core/parallel.h"
+#include "lmcore/model/layers.h"
 #include "lmcore/model/llama.h"
 
 namespace lmcore::bench {
@@ -122,14 +123,15 @@ BenchTable rmsnorm_table(const BenchOptions& opt, const codegen::Options& co) {
 }
 
 // The unfused pair, as the trainer's regular path does it: sgemm cut over the threads by rows, then
-// an element-wise pass.
-void sgemm_rows(std::int64_t M, std::int64_t N, std::int64_t K, const float* a, const float* b, float beta, float* c) {
+// the trainer's element-wise pass (model::swiglu_forward / swiglu_backward, Highway).
+void sgemm_rows(std::int64_t M, std::int64_t N, std::int64_t K, const float* a, const float* b, float beta, float* c,
+                bool b_trans = true) {
   const BlasSingleThreaded guard;
   const std::int64_t parts = std::max<std::int64_t>(1, std::min<std::int64_t>(num_threads(), M / 64));
   parallel_for(0, parts, 1, [&](std::int64_t p0, std::int64_t p1) {
     for (std::int64_t p = p0; p < p1; ++p) {
       const std::int64_t lo = M * p / parts / 16 * 16, hi = p + 1 == parts ? M : M * (p + 1) / parts / 16 * 16;
-      gemm_f32(false, true, hi - lo, N, K, 1.0f, a + lo * K, K, b, K, beta, c + lo * N, N);
+      gemm_f32(false, b_trans, hi - lo, N, K, 1.0f, a + lo * K, K, b, b_trans ? K : N, beta, c + lo * N, N);
     }
   });
 }
@@ -139,7 +141,7 @@ BenchTable gemm_table(const BenchOptions& opt, const codegen::Options& co) {
   const double budget = opt.quick ? 0.5 : 1.5;
   BenchTable t{fmt::format("codegen: GEMM + epilogue fused vs unfused, M = {} tokens (default model), {} threads", M,
                            num_threads()),
-               {"product", "variant", "fused ms", "unfused ms", "fused speed-up"},
+               {"product", "variant", "fused ms", "unfused ms", "fused speed-up", "GEMM alone ms", "fusion bound"},
                {},
                {}};
   const auto h = random_floats(static_cast<std::size_t>(M * C), 1), wgu = random_floats(static_cast<std::size_t>(2 * F * C), 2);
@@ -154,17 +156,12 @@ BenchTable gemm_table(const BenchOptions& opt, const codegen::Options& co) {
     const double unfused = time_best(
         [&] {
           sgemm_rows(M, 2 * F, C, h.data(), wgu.data(), 0.0f, gu.data());
-          parallel_for(0, M, 16, [&](std::int64_t b, std::int64_t e) {
-            for (std::int64_t m = b; m < e; ++m)
-              for (std::int64_t j = 0; j < F; ++j) {
-                const float g = gu[m * 2 * F + j];
-                a[m * F + j] = g / (1.0f + std::exp(-g)) * gu[m * 2 * F + F + j];
-              }
-          });
+          model::swiglu_forward(a.data(), gu.data(), M, F);
         },
         budget);
+    const double alone = time_best([&] { sgemm_rows(M, 2 * F, C, h.data(), wgu.data(), 0.0f, gu.data()); }, budget);
     t.rows.push_back({fmt::format("gate/up ({}x{}x{}) + SwiGLU", M, 2 * F, C), k.variant(), fused * 1e3,
-                      unfused * 1e3, unfused / fused});
+                      unfused * 1e3, unfused / fused, alone * 1e3, unfused / alone});
   }
   {
     const auto k = codegen::GemmKernel::get({C, F, true, false, codegen::Act::none, true, false}, M, co);
@@ -178,11 +175,32 @@ BenchTable gemm_table(const BenchOptions& opt, const codegen::Options& co) {
           sgemm_rows(M, C, F, act.data(), wdown.data(), 1.0f, out.data());
         },
         budget);
+    const double alone = time_best([&] { sgemm_rows(M, C, F, act.data(), wdown.data(), 0.0f, out.data()); }, budget);
     t.rows.push_back({fmt::format("down ({}x{}x{}) + residual", M, C, F), k.variant(), fused * 1e3, unfused * 1e3,
-                      unfused / fused});
+                      unfused / fused, alone * 1e3, unfused / alone});
   }
-  t.notes.push_back(fmt::format("unfused: OpenBLAS sgemm per thread row block, then SwiGLU in a second pass / "
-                                "memcpy of the residual then sgemm with beta 1; load average {:.1f}",
+  {
+    // Backward: da (M, F) = dx (M, C) @ Wdown (C, F), then the SwiGLU backward into dgu (M, 2F).
+    const auto k = codegen::GemmKernel::get({F, C, false, false, codegen::Act::dswiglu, false, false}, M, co);
+    std::vector<float> da(static_cast<std::size_t>(M * F)), dgu(static_cast<std::size_t>(M * 2 * F));
+    const double fused = time_best(
+        [&] { k.run({.a = xmid.data(), .lda = C, .b = wdown.data(), .ldb = F, .c = dgu.data(), .ldc = 2 * F,
+                     .aux = gu.data(), .ldx = 2 * F}, M); },
+        budget);
+    const double unfused = time_best(
+        [&] {
+          sgemm_rows(M, F, C, xmid.data(), wdown.data(), 0.0f, da.data(), false);
+          model::swiglu_backward(dgu.data(), da.data(), gu.data(), M, F);
+        },
+        budget);
+    const double alone = time_best([&] { sgemm_rows(M, F, C, xmid.data(), wdown.data(), 0.0f, da.data(), false); }, budget);
+    t.rows.push_back({fmt::format("down d_input ({}x{}x{}) + SwiGLU backward", M, F, C), k.variant(), fused * 1e3,
+                      unfused * 1e3, unfused / fused, alone * 1e3, unfused / alone});
+  }
+  t.notes.push_back(fmt::format("unfused (the trainer's --codegen off path): OpenBLAS sgemm per thread row block, "
+                                "then the trainer's Highway SwiGLU pass / memcpy of the residual then sgemm with beta 1 "
+                                "/ sgemm then the SwiGLU backward pass; fusion bound = unfused / GEMM alone: the most "
+                                "any fusion over OpenBLAS's core could gain; load average {:.1f}",
                                 load_average_1min()));
   return t;
 }
@@ -202,11 +220,15 @@ BenchTable compile_table(const BenchOptions&, codegen::Options co) {
   std::error_code ec;
   codegen::ModelShapes shapes;  // the trainer's default model
   // Every source `lmcore codegen warm` compiles for it with tuning: the norms and each GEMM's candidates.
-  std::vector<codegen::GeneratedSource> sources;
-  for (const auto& s : codegen::model_rmsnorm_specs(shapes))
+  std::vector<codegen::GeneratedSource> sources, model;  // model: one kernel per spec, as a run loads them
+  for (const auto& s : codegen::model_rmsnorm_specs(shapes)) {
     sources.push_back(codegen::generate_rmsnorm(s, codegen::default_rmsnorm_variant()));
-  for (const auto& s : codegen::model_gemm_specs(shapes))
+    model.push_back(sources.back());
+  }
+  for (const auto& s : codegen::model_gemm_specs(shapes)) {
     for (const auto& v : codegen::gemm_candidates(s)) sources.push_back(codegen::generate_gemm(s, v));
+    model.push_back(sources.back());
+  }
   // Cold compile of each kind, one at a time.
   for (std::size_t i : {std::size_t{0}, std::size_t{2}, sources.size() - 1}) {
     co.cache_dir = base + "/one-" + std::to_string(i);
@@ -231,10 +253,8 @@ BenchTable compile_table(const BenchOptions&, codegen::Options co) {
     t.rows.push_back({"default model, every tuning candidate", static_cast<double>(sources.size()), w, s,
                       s * 1e3 / static_cast<double>(sources.size())});
   }
-  // Warm: a fresh process loads the model's kernels (compiler identification, 4 checksums, 4 dlopens).
+  // Warm: a fresh process loads the model's kernels (compiler identification, a checksum and a dlopen each).
   co.cache_dir = base + "/all-" + std::to_string(all);
-  std::vector<codegen::GeneratedSource> model(sources.begin(), sources.begin() + 3);
-  model.push_back(sources.back());
   const double warm = in_child([&] {
     const auto t0 = Clock::now();
     const auto l = codegen::load_kernels(model, co);

@@ -28,9 +28,7 @@ namespace lmcore::codegen {
 
 namespace {
 
-void check_spec(const GemmSpec& s) {
-  LMCORE_CHECK(s.N >= 1 && s.K >= 1, "codegen gemm: N and K must be >= 1, found N={} K={}", s.N, s.K);
-}
+void check_spec(const GemmSpec& s) { detail::check_gemm_spec(s); }
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 float gelu(float x) {
@@ -46,26 +44,48 @@ std::int64_t pow2_bucket(std::int64_t m) {
 
 }  // namespace
 
-GemmVariant default_gemm_variant() { return GemmVariant{}; }
+namespace {
+
+GemmVariant micro_variant(int mr, int nv, int mc, int w) {
+  GemmVariant v;
+  v.core = GemmVariant::micro;
+  v.micro_m = mr;
+  v.micro_nv = nv;
+  v.block_m = mc;
+  v.vector_floats = w;
+  return v;
+}
+
+}  // namespace
+
+// The micro core with B packed once: 24 accumulators of 32 vector registers (AVX-512), 12 of 16 (AVX2).
+GemmVariant default_gemm_variant() {
+  const int w = native_vector_floats();
+  return w == 16 ? micro_variant(12, 2, 96, w) : micro_variant(6, 2, 96, w);
+}
 
 std::vector<GemmVariant> gemm_candidates(const GemmSpec& spec) {
   std::vector<GemmVariant> c;
-  // Small tiles keep the product in L1/L2 for the epilogue; tall ones amortise sgemm's packing of B
-  // (repeated per call) over more rows.
-  // Full-width tiles pack each A block once (A is re-packed per column tile).
-  for (auto [tm, tn] : {std::pair{32, 256}, std::pair{64, 512}, std::pair{256, 256}, std::pair{512, 128},
-                        std::pair{128, 1 << 20}}) {
+  // Register blocks that fill the register file (MR x NV accumulators + NV of B + 1 of A): with 32
+  // registers (AVX-512) 12x2, 8x3, 6x4 and 14x2; with 16 (AVX2 or less) 6x2 and 4x3. Each with a
+  // block of A rows that stays in L2 beside a panel of B.
+  const int w = native_vector_floats();
+  if (w == 16) {
+    for (auto [mr, nv, mc] : {std::tuple{12, 2, 96}, std::tuple{12, 2, 48}, std::tuple{8, 3, 64}, std::tuple{6, 4, 48},
+                              std::tuple{14, 2, 112}})
+      c.push_back(micro_variant(mr, nv, mc, w));
+  } else {
+    for (auto [mr, nv, mc] : {std::tuple{6, 2, 96}, std::tuple{4, 3, 64}, std::tuple{6, 2, 48}})
+      c.push_back(micro_variant(mr, nv, mc, w));
+  }
+  // OpenBLAS per tile (it re-packs B per call): full-width tiles of 128 rows, and of 1024 rows, which
+  // is one sgemm per thread's row block at the trainer's sizes (OpenBLAS's own speed, the epilogue then
+  // reading the block back from L2/L3: the unfused pair inside one kernel, as Inductor keeps the
+  // library GEMM among its candidates).
+  for (auto [tm, tn] : {std::pair{128, 1 << 20}, std::pair{1024, 1 << 20}, std::pair{256, 256}}) {
     GemmVariant v;
     v.tile_m = tm;
     v.tile_n = static_cast<int>(std::min<std::int64_t>(tn, spec.N));
-    c.push_back(v);
-  }
-  const int w = native_vector_floats();
-  for (int mr : {4, 6}) {
-    GemmVariant v;
-    v.core = GemmVariant::micro;
-    v.micro_m = mr;
-    v.vector_floats = w;
     c.push_back(v);
   }
   // Duplicates (tile_n clamped to a small N) would be compiled and timed twice.
@@ -77,6 +97,12 @@ std::vector<GemmVariant> gemm_candidates(const GemmSpec& spec) {
 }
 
 namespace detail {
+
+void check_gemm_spec(const GemmSpec& s) {
+  LMCORE_CHECK(s.N >= 1 && s.K >= 1, "codegen gemm: N and K must be >= 1, found N={} K={}", s.N, s.K);
+  LMCORE_CHECK(s.act != Act::dswiglu || (!s.bias && !s.residual && !s.store_pre),
+               "codegen gemm: act=dswiglu takes no bias, residual or stored product, found {}", s.to_string());
+}
 
 void sgemm_callback(int b_trans, std::int64_t M, std::int64_t N, std::int64_t K, const float* a, std::int64_t lda,
                     const float* b, std::int64_t ldb, float* c, std::int64_t ldc) {
@@ -100,6 +126,15 @@ void generic_gemm(const GemmSpec& s, const lmcore_gemm_args& a) {
     for (std::int64_t i = 0; i < mr; ++i) {
       float* pr = p + i * ldp;
       float* cr = a.c + (m0 + i) * a.ldc;
+      if (s.act == Act::dswiglu) {
+        const float* gr = a.aux + (m0 + i) * a.ldx;
+        for (std::int64_t j = 0; j < N; ++j) {
+          const float g = gr[j], u = gr[N + j], sg = 1.0f / (1.0f + std::exp(-g));
+          cr[j] = pr[j] * u * (sg * (1.0f + g * (1.0f - sg)));
+          cr[N + j] = pr[j] * (g * sg);
+        }
+        continue;
+      }
       const float* rr = s.residual ? a.residual + (m0 + i) * a.ldr : nullptr;
       if (s.bias)
         for (std::int64_t j = 0; j < NB; ++j) pr[j] += a.bias[j];
@@ -110,6 +145,7 @@ void generic_gemm(const GemmSpec& s, const lmcore_gemm_args& a) {
           case Act::silu: y = silu(y); break;
           case Act::gelu: y = gelu(y); break;
           case Act::swiglu: y = silu(y) * pr[N + j]; break;
+          case Act::dswiglu: break;  // handled above
         }
         cr[j] = rr ? y + rr[j] : y;
       }
@@ -172,22 +208,32 @@ int time_candidates_in_children(std::size_t n, const std::function<double(std::s
 namespace {
 
 // Seconds per call of `fn` on `rows` rows of random operands, single-threaded: best of 5 after a warm-up.
-double time_gemm(const GemmSpec& s, lmcore_gemm_fn fn, std::int64_t scratch_floats, std::int64_t rows) {
-  const std::int64_t N = s.N, NB = s.nb(), K = s.K;
-  std::vector<float> a(static_cast<std::size_t>(rows * K)), b(static_cast<std::size_t>(NB * K)),
-      c(static_cast<std::size_t>(rows * N)), pre(static_cast<std::size_t>(rows * NB)), bias(static_cast<std::size_t>(NB)),
-      res(static_cast<std::size_t>(rows * N)), scratch(static_cast<std::size_t>(scratch_floats));
+// A call includes packing B (once per product, as run() does; its share is one thread's of `threads`).
+double time_gemm(const GemmSpec& s, const LoadedKernel& lib, std::int64_t rows, int threads) {
+  auto fn = reinterpret_cast<lmcore_gemm_fn>(lib.symbol("lmcore_gemm_epilogue"));
+  auto sz = reinterpret_cast<lmcore_gemm_scratch_floats_fn>(lib.symbol("lmcore_gemm_scratch_floats"));
+  auto panels = reinterpret_cast<lmcore_gemm_scratch_floats_fn>(lib.symbol("lmcore_gemm_packed_panels"));
+  auto packed_floats = reinterpret_cast<lmcore_gemm_scratch_floats_fn>(lib.symbol("lmcore_gemm_packed_floats"));
+  auto pack = reinterpret_cast<lmcore_gemm_pack_b_fn>(lib.symbol("lmcore_gemm_pack_b"));
+  if (!fn || !sz || !panels || !packed_floats || !pack) return -1.0;
+  const std::int64_t N = s.N, NB = s.nb(), K = s.K, NC = s.out_cols();
+  auto vec = [](std::int64_t n) { return std::vector<float>(static_cast<std::size_t>(n)); };
+  std::vector<float> a = vec(rows * K), b = vec(NB * K), c = vec(rows * NC), pre = vec(rows * NB), bias = vec(NB),
+                     res = vec(rows * N), aux = vec(rows * 2 * N), scratch = vec(sz()), packed = vec(packed_floats());
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> d(-1, 1);
-  for (auto* v : {&a, &b, &bias, &res})
+  for (auto* v : {&a, &b, &bias, &res, &aux})
     for (auto& x : *v) x = d(rng);
-  const lmcore_gemm_args args{a.data(), b.data(), c.data(), pre.data(), bias.data(), res.data(),
-                              detail::sgemm_callback, scratch.data(), K, s.b_trans ? K : NB, N, NB, N, 0, rows};
+  const lmcore_gemm_args args{a.data(),   b.data(), c.data(), pre.data(), bias.data(), res.data(), detail::sgemm_callback,
+                              scratch.data(), packed.data(), aux.data(), K, s.b_trans ? K : NB, NC, NB, N, 2 * N, 0, rows};
+  const std::int64_t P = panels(), share = (P + threads - 1) / std::max(1, threads);
   const BlasSingleThreaded guard;
+  pack(&args, packed.data(), 0, P);
   fn(&args);
   double best = INFINITY;
   for (int r = 0; r < 5; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
+    pack(&args, packed.data(), 0, std::min(P, share));
     fn(&args);
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
@@ -200,10 +246,16 @@ GemmVariant tuned_variant(const GemmSpec& spec, std::int64_t M, const Options& o
   const auto cc = detail::cached_compiler(o, &why);
   if (!cc) return default_gemm_variant();  // load_kernel will say why
   const std::int64_t bucket = pow2_bucket(M);
+  const auto cands = gemm_candidates(spec);
+  std::vector<GeneratedSource> sources;
+  for (const auto& v : cands) sources.push_back(generate_gemm(spec, v));
+  // The candidates' sources are in the key: a changed template or candidate list is tuned again.
+  std::string all_sources;
+  for (const auto& g : sources) all_sources += g.source;
   const std::string tune_key =
-      detail::sha256_hex(fmt::format("gemm-tune 1 abi {}\n{}\nM={}\n{} {}\n{}\n{}", LMCORE_KERNEL_ABI_VERSION,
-                                     spec.to_string(), bucket, cc->path,
-                                     cc->version, cc->flags_string(), detail::cpu_features()))
+      detail::sha256_hex(fmt::format("gemm-tune 2 abi {}\n{}\nM={}\n{} {}\n{}\n{}\n{}", LMCORE_KERNEL_ABI_VERSION,
+                                     spec.to_string(), bucket, cc->path, cc->version, cc->flags_string(),
+                                     detail::cpu_features(), detail::sha256_hex(all_sources)))
           .substr(0, 40);
   KernelCache cache(o.cache_dir, o.cache_max_bytes);
   if (auto rec = cache.read_tuning(tune_key)) {
@@ -213,9 +265,6 @@ GemmVariant tuned_variant(const GemmSpec& spec, std::int64_t M, const Options& o
       // An unreadable record is tuned again below.
     }
   }
-  const auto cands = gemm_candidates(spec);
-  std::vector<GeneratedSource> sources;
-  for (const auto& v : cands) sources.push_back(generate_gemm(spec, v));
   const auto loaded = load_kernels(sources, o);
   // The rows one thread gets in a full-machine run (at least one tile, at most 512 for a quick tuning).
   const std::int64_t rows = std::clamp<std::int64_t>(M / std::max(1, num_threads()), 16, 512);
@@ -226,11 +275,7 @@ GemmVariant tuned_variant(const GemmSpec& spec, std::int64_t M, const Options& o
     std::vector<double> r;
     time_candidates_in_children(
         cands.size(),
-        [&](std::size_t i) {
-          auto fn = reinterpret_cast<lmcore_gemm_fn>(loaded[i].symbol("lmcore_gemm_epilogue"));
-          auto sz = reinterpret_cast<lmcore_gemm_scratch_floats_fn>(loaded[i].symbol("lmcore_gemm_scratch_floats"));
-          return fn && sz ? time_gemm(spec, fn, sz(), rows) : -1.0;
-        },
+        [&](std::size_t i) { return time_gemm(spec, loaded[i], rows, std::max(1, num_threads())); },
         30.0, &r);
     for (std::size_t i = 0; i < cands.size(); ++i) secs[i] = std::min(secs[i], r[i]);
   }
@@ -281,14 +326,20 @@ GemmKernel GemmKernel::get(const GemmSpec& spec, std::int64_t M, const Options& 
   k.spec_ = spec;
   k.fn_ = reinterpret_cast<lmcore_gemm_fn>(lib.symbol("lmcore_gemm_epilogue"));
   auto scratch = reinterpret_cast<lmcore_gemm_scratch_floats_fn>(lib.symbol("lmcore_gemm_scratch_floats"));
-  if (lib.handle && (!k.fn_ || !scratch)) {
-    k.why_ = lib.path + " lacks lmcore_gemm_epilogue / lmcore_gemm_scratch_floats";
+  auto panels = reinterpret_cast<lmcore_gemm_scratch_floats_fn>(lib.symbol("lmcore_gemm_packed_panels"));
+  auto packed = reinterpret_cast<lmcore_gemm_scratch_floats_fn>(lib.symbol("lmcore_gemm_packed_floats"));
+  k.pack_b_ = reinterpret_cast<lmcore_gemm_pack_b_fn>(lib.symbol("lmcore_gemm_pack_b"));
+  if (lib.handle && (!k.fn_ || !scratch || !panels || !packed || !k.pack_b_)) {
+    k.why_ = lib.path + " lacks one of lmcore_gemm_epilogue, _scratch_floats, _packed_panels, _packed_floats, _pack_b";
     warn_once("load", k.why_);
     k.fn_ = nullptr;
+    k.pack_b_ = nullptr;
   } else {
     k.why_ = lib.why;
   }
   k.scratch_floats_ = k.fn_ ? scratch() : detail::generic_gemm_scratch_floats(spec);
+  k.packed_panels_ = k.fn_ ? panels() : 0;
+  k.packed_floats_ = k.fn_ ? packed() : 0;
   k.variant_ = k.fn_ ? v.to_string() : "generic";
   return k;
 }
@@ -304,12 +355,27 @@ void GemmKernel::run(const GemmOperands& o, std::int64_t M) const {
   LMCORE_CHECK(!s.store_pre || o.pre, "codegen gemm ({}): the spec stores the product, but pre is null", s.to_string());
   LMCORE_CHECK(o.lda >= s.K, "codegen gemm: lda {} < K {}", o.lda, s.K);
   LMCORE_CHECK(o.ldb >= (s.b_trans ? s.K : s.nb()), "codegen gemm: ldb {} < {}", o.ldb, s.b_trans ? s.K : s.nb());
-  LMCORE_CHECK(o.ldc >= s.N, "codegen gemm: ldc {} < N {}", o.ldc, s.N);
+  LMCORE_CHECK(o.ldc >= s.out_cols(), "codegen gemm: ldc {} < {}", o.ldc, s.out_cols());
+  LMCORE_CHECK(s.act != Act::dswiglu || o.aux, "codegen gemm ({}): the SwiGLU backward reads gate | up, but aux is null",
+               s.to_string());
+  LMCORE_CHECK(s.act != Act::dswiglu || o.ldx >= 2 * s.N, "codegen gemm: ldx {} < 2N {}", o.ldx, 2 * s.N);
   LMCORE_CHECK(!s.store_pre || o.ldp >= s.nb(), "codegen gemm: ldp {} < {}", o.ldp, s.nb());
   LMCORE_CHECK(!s.residual || o.ldr >= s.N, "codegen gemm: ldr {} < N {}", o.ldr, s.N);
   const std::int64_t threads = in_parallel_region() ? 1 : num_threads();
   const std::int64_t parts = std::max<std::int64_t>(1, std::min<std::int64_t>(threads, M / 16));
   const BlasSingleThreaded guard;
+  // 1. B packed once into a buffer of the calling thread (kept between calls), the panels split over
+  //    the threads; 2. the row blocks, each on every panel of the shared copy.
+  // (A thread_local is not captured: the workers see the pointer.)
+  thread_local std::vector<float> packed;
+  if (fn_ && packed_panels_ > 0 && packed.size() < static_cast<std::size_t>(packed_floats_))
+    packed.resize(static_cast<std::size_t>(packed_floats_));
+  float* const packed_b = packed.data();
+  if (fn_ && packed_panels_ > 0) {
+    const lmcore_gemm_args pa{o.a, o.b, o.c, o.pre, o.bias, o.residual, detail::sgemm_callback, nullptr, packed_b,
+                              o.aux, o.lda, o.ldb, o.ldc, o.ldp, o.ldr, o.ldx, 0, M};
+    parallel_for(0, packed_panels_, 1, [&](std::int64_t q0, std::int64_t q1) { pack_b_(&pa, packed_b, q0, q1); });
+  }
   parallel_for(0, parts, 1, [&](std::int64_t p0, std::int64_t p1) {
     for (std::int64_t p = p0; p < p1; ++p) {
       // Block boundaries on multiples of 16 rows (whole tiles of every variant's row blocking).
@@ -319,8 +385,8 @@ void GemmKernel::run(const GemmOperands& o, std::int64_t M) const {
       // Working memory kept per thread between calls (a fresh buffer per call would fault in its pages).
       thread_local std::vector<float> scratch;
       if (scratch.size() < static_cast<std::size_t>(scratch_floats_)) scratch.resize(static_cast<std::size_t>(scratch_floats_));
-      const lmcore_gemm_args args{o.a, o.b, o.c, o.pre, o.bias, o.residual, detail::sgemm_callback, scratch.data(),
-                                  o.lda, o.ldb, o.ldc, o.ldp, o.ldr, lo, hi};
+      const lmcore_gemm_args args{o.a,   o.b,   o.c,   o.pre, o.bias, o.residual, detail::sgemm_callback, scratch.data(),
+                                  packed_b, o.aux, o.lda, o.ldb, o.ldc, o.ldp, o.ldr, o.ldx, lo, hi};
       if (fn_) fn_(&args);
       else detail::generic_gemm(s, args);
     }

@@ -81,7 +81,7 @@ static inline uint16_t bf16_bits1(float f) {
 }
 static inline void st1_bf16(uint16_t* p, float v) { *p = bf16_bits1(v); }
 static inline float round1_bf16(float v) { const uint16_t h = bf16_bits1(v); return ld1_bf16(&h); }
-static inline vf splat(float s) { vf v = {}; return v + s; }
+static inline vf splat(float s) { const vf z = {}; return s - z; }  // s - 0 is s exactly: one broadcast
 static inline float hsum(vf v) { float s = 0; for (int l = 0; l < W; ++l) s += v[l]; return s; }
 )";
 
@@ -218,6 +218,7 @@ const char* act_name(Act a) {
     case Act::silu: return "silu";
     case Act::gelu: return "gelu";
     case Act::swiglu: return "swiglu";
+    case Act::dswiglu: return "dswiglu";
   }
   return "?";
 }
@@ -229,22 +230,25 @@ std::string GemmSpec::to_string() const {
 
 std::string GemmVariant::to_string() const {
   if (core == blas) return fmt::format("blas {}x{}", tile_m, tile_n);
-  return fmt::format("micro {}x2 W={}", micro_m, vector_floats);
+  return fmt::format("micro {}x{} W={} MC={}", micro_m, micro_nv, vector_floats, block_m);
 }
 
 GemmVariant GemmVariant::parse(const std::string& s) {
   GemmVariant v;
-  int a = 0, b = 0, w = 0;
-  if (std::sscanf(s.c_str(), "blas %dx%d", &a, &b) == 2) {
+  int a = 0, b = 0, w = 0, mc = 0, used = 0;
+  if (std::sscanf(s.c_str(), "blas %dx%d%n", &a, &b, &used) == 2 && used == static_cast<int>(s.size())) {
     v.core = blas;
     v.tile_m = a;
     v.tile_n = b;
-  } else if (std::sscanf(s.c_str(), "micro %dx2 W=%d", &a, &w) == 2) {
+  } else if (std::sscanf(s.c_str(), "micro %dx%d W=%d MC=%d%n", &a, &b, &w, &mc, &used) == 4 &&
+             used == static_cast<int>(s.size())) {
     v.core = micro;
     v.micro_m = a;
+    v.micro_nv = b;
     v.vector_floats = w;
+    v.block_m = mc;
   } else {
-    fail("codegen gemm: cannot parse the variant '{}', expected 'blas MxN' or 'micro Mx2 W=L'", s);
+    fail("codegen gemm: cannot parse the variant '{}', expected 'blas MxN' or 'micro MRxNV W=L MC=R'", s);
   }
   return v;
 }
@@ -273,13 +277,30 @@ static inline vf vexp(vf x) {
   const vi e = (__builtin_convertvector(n, vi) + 127) << 23;
   return p * (vf)e;
 }
-static inline vf vsilu(vf x) { return x / (1.0f + vexp(-x)); }
+// 1 / x for x >= 1 (every use here): the CPU's reciprocal estimate refined by Newton steps, within ~1
+// ulp; a vector division has a throughput of ~16 cycles per 16 lanes, which made the epilogue, not the
+// memory traffic, what a fused tile waited on.
+static inline vf vrcp(vf x) {
+#if W == 16 && defined(__AVX512F__)
+  const vf r = (vf)_mm512_rcp14_ps((__m512)x);  // 2^-14 relative
+  return r * (2.0f - x * r);
+#elif W == 8 && defined(__AVX__)
+  vf r = (vf)_mm256_rcp_ps((__m256)x);  // 1.5 * 2^-12 relative
+  r = r * (2.0f - x * r);
+  return r * (2.0f - x * r);
+#else
+  return 1.0f / x;
+#endif
+}
+static inline vf vsilu(vf x) { return x * vrcp(1.0f + vexp(-x)); }
 static inline vf vgelu(vf x) {
   // 0.5 x (1 + tanh(u)) = x - x / (1 + e^(2u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
   const vf u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-  return x - x / (1.0f + vexp(2.0f * u));
+  return x - x * vrcp(1.0f + vexp(2.0f * u));
 }
+static inline vf vsigmoid(vf x) { return vrcp(1.0f + vexp(-x)); }
 static inline float silu1(float x) { return x / (1.0f + expf(-x)); }
+static inline float sigmoid1(float x) { return 1.0f / (1.0f + expf(-x)); }
 static inline float gelu1(float x) {
   const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
   return 0.5f * x * (1.0f + tanhf(u));
@@ -290,12 +311,17 @@ static inline float gelu1(float x) {
 
 GeneratedSource generate_gemm(const GemmSpec& spec, const GemmVariant& v) {
   LMCORE_CHECK(spec.N >= 1 && spec.K >= 1, "codegen gemm: N and K must be >= 1, found N={} K={}", spec.N, spec.K);
+  LMCORE_CHECK(spec.act != Act::dswiglu || (!spec.bias && !spec.residual && !spec.store_pre),
+               "codegen gemm: act=dswiglu takes no bias, residual or stored product, found {}", spec.to_string());
   if (v.core == GemmVariant::blas)
     LMCORE_CHECK(v.tile_m >= 1 && v.tile_n >= 1, "codegen gemm: tile sizes must be >= 1, found {}", v.to_string());
   else
-    LMCORE_CHECK(v.micro_m >= 1 && v.micro_m <= 8 &&
+    LMCORE_CHECK(v.micro_m >= 1 && v.micro_m <= 16 && v.micro_nv >= 1 && v.micro_nv <= 4 &&
+                     v.block_m >= v.micro_m && v.block_m % v.micro_m == 0 &&
                      (v.vector_floats == 4 || v.vector_floats == 8 || v.vector_floats == 16),
-                 "codegen gemm: micro_m must be in [1, 8] and vector_floats 4, 8 or 16, found {}", v.to_string());
+                 "codegen gemm: micro_m must be in [1, 16], micro_nv in [1, 4], block_m a positive multiple of "
+                 "micro_m and vector_floats 4, 8 or 16, found {}",
+                 v.to_string());
   GeneratedSource g;
   g.kind = "gemm";
   g.spec = spec.to_string();
@@ -303,14 +329,16 @@ GeneratedSource generate_gemm(const GemmSpec& spec, const GemmVariant& v) {
   std::string& s = g.source;
   s += "// Generated by lmcore codegen: " + g.spec + ", " + g.variant + "\n";
   s += kernel_abi_text();
-  s += "\n#include <string.h>\n#include <math.h>\n\n";
+  s += "\n#include <string.h>\n#include <math.h>\n#if defined(__x86_64__)\n#include <immintrin.h>\n#endif\n\n";
   s += "#define LMC_EXPORT extern \"C\" __attribute__((visibility(\"default\")))\n";
   s += fmt::format("#define W {}\n", v.core == GemmVariant::micro ? v.vector_floats : native_vector_floats());
   s += fmt::format(
       "static const int64_t N = {}, K = {}, NB = {};\n"
-      "#define BT {}\n#define BIAS {}\n#define ACT {}\n#define RES {}\n#define PRE {}\n#define SWIGLU {}\n",
+      "#define BT {}\n#define BIAS {}\n#define ACT {}\n#define RES {}\n#define PRE {}\n#define SWIGLU {}\n"
+      "#define DSWIGLU {}\n",
       spec.N, spec.K, spec.nb(), spec.b_trans ? 1 : 0, spec.bias ? 1 : 0, static_cast<int>(spec.act),
-      spec.residual ? 1 : 0, spec.store_pre ? 1 : 0, spec.act == Act::swiglu ? 1 : 0);
+      spec.residual ? 1 : 0, spec.store_pre ? 1 : 0, spec.act == Act::swiglu ? 1 : 0,
+      spec.act == Act::dswiglu ? 1 : 0);
   s += kVectorHelpers;
   s += kEpilogueHelpers;
   s += "LMC_EXPORT int lmcore_kernel_abi_version(void) { return LMCORE_KERNEL_ABI_VERSION; }\n";
@@ -340,6 +368,28 @@ static inline float act_1(float g, float u) {
   (void)u; return g;
 #endif
 }
+#if DSWIGLU
+// The SwiGLU backward: d holds dA of columns [n0, n0 + cols); gate and up come from aux.
+static void epilogue_row(const lmcore_gemm_args* a, int64_t m, int64_t n0, int64_t cols, const float* d,
+                         const float*) {
+  const float* gg = a->aux + m * a->ldx + n0;
+  const float* uu = gg + N;
+  float* dg = a->c + m * a->ldc + n0;
+  float* du = dg + N;
+  int64_t j = 0;
+  for (; j + W <= cols; j += W) {
+    const vf dv = ld_f32(d + j), gv = ld_f32(gg + j), uv = ld_f32(uu + j);
+    const vf s = vsigmoid(gv);
+    st_f32(dg + j, dv * uv * (s * (1.0f + gv * (1.0f - s))));
+    st_f32(du + j, dv * (gv * s));
+  }
+  for (; j < cols; ++j) {
+    const float s = sigmoid1(gg[j]);
+    dg[j] = d[j] * uu[j] * (s * (1.0f + gg[j] * (1.0f - s)));
+    du[j] = d[j] * (gg[j] * s);
+  }
+}
+#else
 static void epilogue_row(const lmcore_gemm_args* a, int64_t m, int64_t n0, int64_t cols, const float* g,
                          const float* u) {
   float* c = a->c + m * a->ldc + n0;
@@ -365,6 +415,7 @@ static void epilogue_row(const lmcore_gemm_args* a, int64_t m, int64_t n0, int64
     c[j] = y;
   }
 }
+#endif
 )";
   if (v.core == GemmVariant::blas) {
     s += fmt::format("#define TM {}\n#define TN {}\n", v.tile_m, v.tile_n);
@@ -375,6 +426,9 @@ static void epilogue_row(const lmcore_gemm_args* a, int64_t m, int64_t n0, int64
 static inline const float* bcol(const lmcore_gemm_args* a, int64_t n) { return BT ? a->b + n * a->ldb : a->b + n; }
 static const int64_t TNE = TN < N ? TN : N;
 LMC_EXPORT int64_t lmcore_gemm_scratch_floats(void) { return PRE ? 0 : TM * TNE * (SWIGLU ? 2 : 1); }
+LMC_EXPORT int64_t lmcore_gemm_packed_panels(void) { return 0; }
+LMC_EXPORT int64_t lmcore_gemm_packed_floats(void) { return 0; }
+LMC_EXPORT void lmcore_gemm_pack_b(const lmcore_gemm_args*, float*, int64_t, int64_t) {}
 LMC_EXPORT void lmcore_gemm_epilogue(const lmcore_gemm_args* a) {
   const int64_t tn = TNE;
   float* buf = a->scratch;
@@ -393,55 +447,94 @@ LMC_EXPORT void lmcore_gemm_epilogue(const lmcore_gemm_args* a) {
 }
 )";
   } else {
-    s += fmt::format("#define MR {}\n", v.micro_m);
+    s += fmt::format("#define MR {}\n#define NV {}\n#define MC {}\n", v.micro_m, v.micro_nv, v.block_m);
     s += R"(
-// The "micro" core: B is packed per panel of 2W columns (K x 2W floats, zero-padded past N; gate and
-// up panels for swiglu), then every MR rows of the range multiply it with 2 (or 4) vector accumulators
-// per row: MR x 2 FMAs per k for 2 loads of B and MR broadcasts of A. The tile goes through the
-// epilogue from a stack buffer, never back to memory first.
-#define NP (2 * W)
-static inline float bval(const lmcore_gemm_args* a, int64_t k, int64_t n) {
-  return BT ? a->b[n * a->ldb + k] : a->b[k * a->ldb + n];
+// The "micro" core. B is packed once per product by the caller's threads (lmcore_gemm_pack_b) into
+// panels of NR = NV x W columns, K rows each (zero past N; for swiglu the gate panels, then the up
+// panels), so no thread packs it again. Each block of MC rows of A is packed into MR-row strips
+// (k-major: MR values per k). For each panel (in L1/L2) every strip runs the register-blocked
+// micro-kernel: MR x NV accumulators, NV loads of B and MR broadcasts of A per k (MR x NV FMAs);
+// the tile then goes through the epilogue from a 1-2 KiB buffer in L1, so C is written once.
+#define NR (NV * W)
+static const int64_t NPAN = (N + NR - 1) / NR;
+static const int64_t PANELS = SWIGLU ? 2 * NPAN : NPAN;
+LMC_EXPORT int64_t lmcore_gemm_packed_panels(void) { return PANELS; }
+LMC_EXPORT int64_t lmcore_gemm_packed_floats(void) { return PANELS * K * NR; }
+LMC_EXPORT int64_t lmcore_gemm_scratch_floats(void) { return MC * K + 2 * MR * NR; }
+LMC_EXPORT void lmcore_gemm_pack_b(const lmcore_gemm_args* a, float* packed, int64_t q0, int64_t q1) {
+  for (int64_t q = q0; q < q1; ++q) {
+    const int64_t p = q % NPAN, c0 = p * NR + (q >= NPAN ? N : 0);
+    const int64_t cols = N - p * NR < NR ? N - p * NR : NR;
+    float* d = packed + q * K * NR;
+#if BT
+    // Rows of B are columns here: transpose in blocks of 16 k, so that reads and writes stay in a few lines.
+    for (int64_t k0 = 0; k0 < K; k0 += 16) {
+      const int64_t kn = K - k0 < 16 ? K - k0 : 16;
+      for (int64_t j = 0; j < NR; ++j) {
+        const float* src = a->b + (c0 + j) * a->ldb + k0;
+        for (int64_t k = 0; k < kn; ++k) d[(k0 + k) * NR + j] = j < cols ? src[k] : 0.0f;
+      }
+    }
+#else
+    for (int64_t k = 0; k < K; ++k) {
+      const float* src = a->b + k * a->ldb + c0;
+      for (int64_t j = 0; j < NR; ++j) d[k * NR + j] = j < cols ? src[j] : 0.0f;
+    }
+#endif
+  }
 }
-static void pack(const lmcore_gemm_args* a, float* p, int64_t n0, int64_t cols) {
-  for (int64_t k = 0; k < K; ++k)
-    for (int64_t j = 0; j < NP; ++j) p[k * NP + j] = j < cols ? bval(a, k, n0 + j) : 0.0f;
+static void pack_a(const lmcore_gemm_args* a, float* pa, int64_t m0, int64_t mc) {
+  for (int64_t i0 = 0; i0 < mc; i0 += MR)
+    for (int i = 0; i < MR; ++i) {
+      float* d = pa + i0 * K + i;
+      if (i0 + i < mc) {
+        const float* src = a->a + (m0 + i0 + i) * a->lda;
+        for (int64_t k = 0; k < K; ++k) d[k * MR] = src[k];
+      } else {
+        for (int64_t k = 0; k < K; ++k) d[k * MR] = 0.0f;
+      }
+    }
 }
-template <int R>
-static inline void tile(const lmcore_gemm_args* a, const float* pg, const float* pu, int64_t m, int64_t n0,
-                        int64_t cols) {
-  vf acc[R][2], accu[R][2];
-  for (int i = 0; i < R; ++i) { acc[i][0] = acc[i][1] = splat(0); accu[i][0] = accu[i][1] = splat(0); }
-  const float* arow = a->a + m * a->lda;
+static inline void micro(const float* __restrict pa, const float* __restrict pb, float* __restrict t) {
+  vf acc[MR][NV];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[i][v] = splat(0.0f);
   for (int64_t k = 0; k < K; ++k) {
-    const vf b0 = ld_f32(pg + k * NP), b1 = ld_f32(pg + k * NP + W);
-    vf u0 = splat(0), u1 = splat(0);
-    if (SWIGLU) { u0 = ld_f32(pu + k * NP); u1 = ld_f32(pu + k * NP + W); }
-    for (int i = 0; i < R; ++i) {
-      const vf av = splat(arow[i * a->lda + k]);
-      acc[i][0] += av * b0;
-      acc[i][1] += av * b1;
-      if (SWIGLU) { accu[i][0] += av * u0; accu[i][1] += av * u1; }
+    vf b[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) b[v] = ld_f32(pb + k * NR + v * W);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      const vf av = splat(pa[k * MR + i]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] += av * b[v];
     }
   }
-  for (int i = 0; i < R; ++i) {
-    float g[NP], u[NP];
-    st_f32(g, acc[i][0]); st_f32(g + W, acc[i][1]);
-    if (SWIGLU) { st_f32(u, accu[i][0]); st_f32(u + W, accu[i][1]); }
-    epilogue_row(a, m + i, n0, cols, g, u);
-  }
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) st_f32(t + i * NR + v * W, acc[i][v]);
 }
-LMC_EXPORT int64_t lmcore_gemm_scratch_floats(void) { return K * NP * (SWIGLU ? 2 : 1); }
 LMC_EXPORT void lmcore_gemm_epilogue(const lmcore_gemm_args* a) {
-  float* pg = a->scratch;
-  float* pu = pg + K * NP;
-  for (int64_t n0 = 0; n0 < N; n0 += NP) {
-    const int64_t cols = N - n0 < NP ? N - n0 : NP;
-    pack(a, pg, n0, cols);
-    if (SWIGLU) pack(a, pu, N + n0, cols);
-    int64_t m = a->row_begin;
-    for (; m + MR <= a->row_end; m += MR) tile<MR>(a, pg, pu, m, n0, cols);
-    for (; m < a->row_end; ++m) tile<1>(a, pg, pu, m, n0, cols);
+  float* pa = a->scratch;
+  float* tg = pa + MC * K;
+  float* tu = tg + MR * NR;
+  for (int64_t m0 = a->row_begin; m0 < a->row_end; m0 += MC) {
+    const int64_t mc = a->row_end - m0 < MC ? a->row_end - m0 : MC;
+    pack_a(a, pa, m0, mc);
+    for (int64_t p = 0; p < NPAN; ++p) {
+      const int64_t n0 = p * NR, cols = N - n0 < NR ? N - n0 : NR;
+      const float* pg = a->packed_b + p * K * NR;
+      const float* pu = SWIGLU ? a->packed_b + (NPAN + p) * K * NR : pg;
+      for (int64_t i0 = 0; i0 < mc; i0 += MR) {
+        micro(pa + i0 * K, pg, tg);
+        if (SWIGLU) micro(pa + i0 * K, pu, tu);
+        const int64_t rows = mc - i0 < MR ? mc - i0 : MR;
+        for (int64_t i = 0; i < rows; ++i) epilogue_row(a, m0 + i0 + i, n0, cols, tg + i * NR, tu + i * NR);
+      }
+    }
   }
 }
 )";

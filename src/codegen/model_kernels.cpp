@@ -10,12 +10,15 @@ std::vector<RmsNormSpec> model_rmsnorm_specs(const ModelShapes& s) {
 }
 
 std::vector<GemmSpec> model_gemm_specs(const ModelShapes& s) {
-  return {{s.ffn_dim, s.dim, true, false, Act::swiglu, false, true}, {s.dim, s.ffn_dim, true, false, Act::none, true, false}};
+  return {{s.ffn_dim, s.dim, true, false, Act::swiglu, false, true},
+          {s.dim, s.ffn_dim, true, false, Act::none, true, false},
+          {s.ffn_dim, s.dim, false, false, Act::dswiglu, false, false}};
 }
 
 std::vector<GeneratedSource> model_kernel_sources(const ModelShapes& shapes, const Options& options) {
   std::vector<GeneratedSource> out;
-  for (const auto& spec : model_rmsnorm_specs(shapes)) out.push_back(generate_rmsnorm(spec, default_rmsnorm_variant()));
+  for (const auto& spec : model_rmsnorm_specs(shapes))
+    out.push_back(generate_rmsnorm(spec, rmsnorm_variant_for(spec, options)));
   // The GEMMs run on f32 activations (bf16 models widen before their products here).
   for (const auto& spec : model_gemm_specs(shapes))
     out.push_back(generate_gemm(spec, gemm_variant_for(spec, shapes.tokens, options)));

@@ -102,7 +102,7 @@ void rmsnorm_backward(double* dinp, double* dweight, const void* dinp_in, const 
 }
 
 void gemm_epilogue(double* c, double* pre, const float* a, const float* b, const float* bias, const float* residual,
-                   std::int64_t M, const GemmSpec& s) {
+                   std::int64_t M, const GemmSpec& s, const float* aux) {
   const std::int64_t N = s.N, K = s.K, NB = s.act == Act::swiglu ? 2 * N : N;
   for (std::int64_t m = 0; m < M; ++m) {
     for (std::int64_t n = 0; n < NB; ++n) {
@@ -110,6 +110,15 @@ void gemm_epilogue(double* c, double* pre, const float* a, const float* b, const
       for (std::int64_t k = 0; k < K; ++k)
         acc += static_cast<double>(a[m * K + k]) * (s.b_trans ? b[n * K + k] : b[k * NB + n]);
       pre[m * NB + n] = acc;
+    }
+    if (s.act == Act::dswiglu) {
+      for (std::int64_t n = 0; n < N; ++n) {
+        const double p = pre[m * NB + n], g = aux[m * 2 * N + n], u = aux[m * 2 * N + N + n];
+        const double sg = 1 / (1 + std::exp(-g));
+        c[m * 2 * N + n] = p * u * sg * (1 + g * (1 - sg));
+        c[m * 2 * N + N + n] = p * g * sg;
+      }
+      continue;
     }
     for (std::int64_t n = 0; n < N; ++n) {
       const double p = pre[m * NB + n];

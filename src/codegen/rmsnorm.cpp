@@ -3,15 +3,23 @@
 #include "lmcore/codegen/rmsnorm.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <random>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "lmcore/codegen/cache.h"
+#include "lmcore/codegen/gemm.h"
 #include "lmcore/codegen/generator.h"
 #include "lmcore/codegen/runtime.h"
 #include "lmcore/core/error.h"
 #include "lmcore/core/low_precision.h"
 #include "lmcore/core/parallel.h"
+#include "sha256.h"
 
 namespace lmcore::codegen {
 
@@ -37,6 +45,111 @@ inline void store(void* p, std::int64_t i, float v, DType t) {
 }  // namespace
 
 RmsNormVariant default_rmsnorm_variant() { return {native_vector_floats(), 4}; }
+
+std::vector<RmsNormVariant> rmsnorm_candidates() {
+  std::vector<RmsNormVariant> c;
+  const int w = native_vector_floats();
+  for (int width : {w, 8})
+    for (int u : {1, 2, 4, 8})
+      if (width <= w && std::none_of(c.begin(), c.end(), [&](const RmsNormVariant& v) {
+            return v.vector_floats == width && v.unroll == u;
+          }))
+        c.push_back({width, u});
+  return c;
+}
+
+RmsNormVariant parse_rmsnorm_variant(const std::string& s) {
+  int w = 0, u = 0, used = 0;
+  if (std::sscanf(s.c_str(), "W=%d U=%d%n", &w, &u, &used) != 2 || used != static_cast<int>(s.size()))
+    fail("codegen rmsnorm: cannot parse the variant '{}', expected 'W=L U=A'", s);
+  return {w, u};
+}
+
+namespace {
+
+// Seconds of one forward + backward over `rows` rows, single-threaded: best of 5 after a warm-up.
+double time_rmsnorm(const RmsNormSpec& s, const LoadedKernel& lib, std::int64_t rows) {
+  auto fwd = reinterpret_cast<lmcore_rmsnorm_forward_fn>(lib.symbol("lmcore_rmsnorm_forward"));
+  auto bwd = reinterpret_cast<lmcore_rmsnorm_backward_fn>(lib.symbol("lmcore_rmsnorm_backward"));
+  if (!fwd || !bwd) return -1.0;
+  const std::size_t n = static_cast<std::size_t>(rows * s.hidden), C = static_cast<std::size_t>(s.hidden);
+  std::vector<float> x(n), r(n), xo(n), out(n), dout(n), dx(n), w(C), dw(C), rstd(static_cast<std::size_t>(rows));
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> d(-1, 1);
+  for (auto* v : {&x, &r, &dout, &w})
+    for (auto& e : *v) e = d(rng);
+  if (s.io == DType::bf16 || s.out == DType::bf16)  // f32 +-1 read as bf16 pairs: 0 and +-1, never NaN
+    for (auto* v : {&x, &r, &dout})
+      for (auto& e : *v) e = e < 0 ? -1.0f : 1.0f;
+  const lmcore_rmsnorm_forward_args fa{out.data(), rstd.data(), x.data(), r.data(), xo.data(), w.data(), 0, rows};
+  const lmcore_rmsnorm_backward_args ba{dx.data(), dw.data(), dout.data(), s.residual ? xo.data() : x.data(),
+                                        w.data(),  rstd.data(), 0,        rows};
+  fwd(&fa);
+  bwd(&ba);
+  double best = INFINITY;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fwd(&fa);
+    bwd(&ba);
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+}  // namespace
+
+RmsNormVariant rmsnorm_variant_for(const RmsNormSpec& spec, const Options& o) {
+  check_spec(spec);
+  if (!o.enabled || !o.autotune) return default_rmsnorm_variant();
+  try {
+    std::string why;
+    const auto cc = detail::cached_compiler(o, &why);
+    if (!cc) return default_rmsnorm_variant();  // load_kernel will say why
+    const auto cands = rmsnorm_candidates();
+    std::vector<GeneratedSource> sources;
+    std::string all_sources;
+    for (const auto& v : cands) {
+      sources.push_back(generate_rmsnorm(spec, v));
+      all_sources += sources.back().source;
+    }
+    const std::string key =
+        detail::sha256_hex(fmt::format("rmsnorm-tune 1 abi {}\n{}\n{} {}\n{}\n{}\n{}", LMCORE_KERNEL_ABI_VERSION,
+                                       spec.to_string(), cc->path, cc->version, cc->flags_string(),
+                                       detail::cpu_features(), detail::sha256_hex(all_sources)))
+            .substr(0, 40);
+    KernelCache cache(o.cache_dir, o.cache_max_bytes);
+    if (auto rec = cache.read_tuning(key)) {
+      try {
+        return parse_rmsnorm_variant(rec->substr(0, rec->find(';')));
+      } catch (const Error&) {
+        // An unreadable record is tuned again below.
+      }
+    }
+    const auto loaded = load_kernels(sources, o);
+    // About 4 MiB of f32 rows (at least 16 rows): the size of one thread's share of a model's activations.
+    const std::int64_t rows = std::max<std::int64_t>(16, (1 << 20) / spec.hidden);
+    std::vector<double> secs(cands.size(), INFINITY);
+    for (int round = 0; round < 3; ++round) {  // interleaved: a disturbance spoils one sample, not a figure
+      std::vector<double> r;
+      time_candidates_in_children(cands.size(), [&](std::size_t i) { return time_rmsnorm(spec, loaded[i], rows); },
+                                  30.0, &r);
+      for (std::size_t i = 0; i < cands.size(); ++i) secs[i] = std::min(secs[i], r[i]);
+    }
+    int best = -1;
+    for (std::size_t i = 0; i < cands.size(); ++i)
+      if (std::isfinite(secs[i]) && (best < 0 || secs[i] < secs[static_cast<std::size_t>(best)]))
+        best = static_cast<int>(i);
+    if (best < 0) return default_rmsnorm_variant();
+    std::string record = cands[static_cast<std::size_t>(best)].to_string() + ";";
+    for (std::size_t i = 0; i < cands.size(); ++i)
+      record += fmt::format(" {}={:.1f}us", cands[i].to_string(), std::isfinite(secs[i]) ? secs[i] * 1e6 : -1.0);
+    cache.write_tuning(key, record);
+    return cands[static_cast<std::size_t>(best)];
+  } catch (const Error& e) {
+    warn_once("tune", std::string("autotuning failed: ") + e.what());
+    return default_rmsnorm_variant();
+  }
+}
 
 namespace detail {
 
@@ -100,7 +213,7 @@ std::future<RmsNormKernel> RmsNormKernel::get_async(const RmsNormSpec& spec, con
 
 RmsNormKernel RmsNormKernel::get(const RmsNormSpec& spec, const Options& options, const RmsNormVariant* variant) {
   check_spec(spec);
-  const RmsNormVariant v = variant ? *variant : default_rmsnorm_variant();
+  const RmsNormVariant v = variant ? *variant : rmsnorm_variant_for(spec, options);
   const GeneratedSource src = generate_rmsnorm(spec, v);
   const LoadedKernel lib = load_kernel(src, options);
   RmsNormKernel k;

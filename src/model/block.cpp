@@ -168,12 +168,20 @@ void Llama::Impl::block_backward(const BlockActs& b, const std::byte* w, float* 
   const void* dx_c = as_compute(dx, cB, N * C);
   // a (N, F) recomputed from gu (with codegen it is kept per block); in bf16 this leaves gu in f32 in sA.
   if (!keep_a) swiglu_from_stored(b.a, b.gu);
-  // da (N, F) = dx @ Wdown;  dWdown (C, F) += dx^T @ a
-  detail::gemm(ct, false, false, N, F, C, 1.0f, dx_c, C, wdown, F, 0.0f, sB, F);
-  detail::gemm(ct, true, false, C, F, N, 1.0f, dx_c, C, b.a, F, 1.0f, g + off.wdown, F);
-  // dgu (N, 2F) from da and the saved gate | up
-  const float* gu32 = f32() ? static_cast<const float*>(b.gu) : keep_a ? as_f32(b.gu, sA, N * 2 * F) : sA;
-  swiglu_backward(sC, sB, gu32, N, F);
+  if (cg) {
+    // f32: dgu (N, 2F) in sC = swiglu'(dx @ Wdown, gu), the SwiGLU backward applied to each tile of da
+    // while it is in cache (da never goes to memory);  dWdown (C, F) += dx^T @ a
+    cg->down_dinput_dswiglu.run({.a = dx, .lda = C, .b = reinterpret_cast<const float*>(wdown), .ldb = F, .c = sC,
+                                 .ldc = 2 * F, .aux = static_cast<const float*>(b.gu), .ldx = 2 * F}, N);
+    detail::gemm(ct, true, false, C, F, N, 1.0f, dx_c, C, b.a, F, 1.0f, g + off.wdown, F);
+  } else {
+    // da (N, F) = dx @ Wdown;  dWdown (C, F) += dx^T @ a
+    detail::gemm(ct, false, false, N, F, C, 1.0f, dx_c, C, wdown, F, 0.0f, sB, F);
+    detail::gemm(ct, true, false, C, F, N, 1.0f, dx_c, C, b.a, F, 1.0f, g + off.wdown, F);
+    // dgu (N, 2F) from da and the saved gate | up
+    const float* gu32 = f32() ? static_cast<const float*>(b.gu) : keep_a ? as_f32(b.gu, sA, N * 2 * F) : sA;
+    swiglu_backward(sC, sB, gu32, N, F);
+  }
   const void* dgu_c = as_compute(sC, cA, N * 2 * F);
   // h2 (N, C) recomputed from x_mid (rstd2 rewritten with the same values): f32 scratch sA is free again
   float* h2_32 = f32() ? static_cast<float*>(b.h2) : sA;

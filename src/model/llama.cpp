@@ -56,7 +56,8 @@ Llama::Llama(const ModelConfig& config, const ModelOptions& options)
     m.cg = std::make_unique<Impl::Codegen>(Impl::Codegen{
         codegen::RmsNormKernel::get({m.C, eps}, o),
         codegen::GemmKernel::get({m.F, m.C, true, false, codegen::Act::swiglu, false, true}, m.N, o),
-        codegen::GemmKernel::get({m.C, m.F, true, false, codegen::Act::none, true, false}, m.N, o)});
+        codegen::GemmKernel::get({m.C, m.F, true, false, codegen::Act::none, true, false}, m.N, o),
+        codegen::GemmKernel::get({m.F, m.C, false, false, codegen::Act::dswiglu, false, false}, m.N, o)});
   }
   if (config_.mask == AttentionMask::causal)
     m.mask = attention::create_block_mask(MaskMod::causal(), 1, 1, m.T, m.T);

@@ -85,10 +85,11 @@ struct Llama::Impl {
   std::vector<float> norm_w;  // one norm weight in f32 (bf16 compute)
   // The access serves the root in f32 (LocalAccess in bf16): root reads round to the compute dtype.
   bool root_f32 = false;
-  // ModelOptions::codegen: the blocks' RMSNorm, gate/up with SwiGLU (gu kept), down with the residual.
+  // ModelOptions::codegen: the blocks' RMSNorm, gate/up with SwiGLU (gu kept), down with the residual,
+  // and in the backward the down projection's d-input product with the SwiGLU backward as its epilogue.
   struct Codegen {
     codegen::RmsNormKernel norm;
-    codegen::GemmKernel gate_up, down;
+    codegen::GemmKernel gate_up, down, down_dinput_dswiglu;
   };
   std::unique_ptr<Codegen> cg;
   bool keep_a = false;  // a kept per block (codegen's fused SwiGLU) instead of recomputed

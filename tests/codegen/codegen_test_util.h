@@ -37,6 +37,8 @@ inline Options test_options(const std::string& dir = LMCORE_TEST_KERNEL_CACHE) {
   // Generous: on a shared machine compilers may be paused (SIGSTOP) for a while by others' benchmarks;
   // the timeout itself is tested with a hanging fake compiler.
   o.compile_timeout_seconds = 600;
+  // Tests name their variants (or the defaults); the autotuning tests turn tuning on themselves.
+  o.autotune = false;
   return o;
 }
 

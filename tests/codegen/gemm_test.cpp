@@ -42,14 +42,15 @@ constexpr double kU = 1.0 / (1 << 24);
 void check_gemm(const GemmKernel& k, std::int64_t M, unsigned seed) {
   const GemmSpec& s = k.spec();
   SCOPED_TRACE(s.to_string() + " variant " + k.variant() + " M=" + std::to_string(M));
-  const std::int64_t N = s.N, K = s.K, NB = s.nb();
+  const std::int64_t N = s.N, K = s.K, NB = s.nb(), NC = s.out_cols();
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> d(-1.5f, 1.5f);
   auto fill = [&](std::vector<float>& v) { for (auto& x : v) x = d(rng); };
   // Dense copies for the reference; padded (ld = size + 3) buffers for the kernel.
-  std::vector<float> a(M * K), b(NB * K), bias(NB), res(M * N);
-  fill(a); fill(b); fill(bias); fill(res);
-  const std::int64_t lda = K + 3, ldb = (s.b_trans ? K : NB) + 3, ldc = N + 3, ldp = NB + 3, ldr = N + 3;
+  std::vector<float> a(M * K), b(NB * K), bias(NB), res(M * N), aux(M * 2 * N);
+  fill(a); fill(b); fill(bias); fill(res); fill(aux);
+  const std::int64_t lda = K + 3, ldb = (s.b_trans ? K : NB) + 3, ldc = NC + 3, ldp = NB + 3, ldr = N + 3,
+                     ldx = 2 * N + 3;
   std::vector<float> ap(M * lda, NAN), bp((s.b_trans ? NB : K) * ldb, NAN), rp(M * ldr, NAN);
   for (std::int64_t m = 0; m < M; ++m)
     for (std::int64_t i = 0; i < K; ++i) ap[m * lda + i] = a[m * K + i];
@@ -58,12 +59,16 @@ void check_gemm(const GemmKernel& k, std::int64_t M, unsigned seed) {
     for (std::int64_t i = 0; i < bcols; ++i) bp[r * ldb + i] = b[r * bcols + i];
   for (std::int64_t m = 0; m < M; ++m)
     for (std::int64_t i = 0; i < N; ++i) rp[m * ldr + i] = res[m * N + i];
+  std::vector<float> xp(M * ldx, NAN);
+  for (std::int64_t m = 0; m < M; ++m)
+    for (std::int64_t i = 0; i < 2 * N; ++i) xp[m * ldx + i] = aux[m * 2 * N + i];
   std::vector<float> c(M * ldc, -7.0f), pre(M * ldp, -7.0f);
-  GemmOperands o{ap.data(), lda, bp.data(), ldb, c.data(), ldc, pre.data(), ldp, bias.data(), rp.data(), ldr};
+  GemmOperands o{ap.data(), lda, bp.data(), ldb, c.data(), ldc, pre.data(), ldp, bias.data(), rp.data(), ldr,
+                 xp.data(), ldx};
   k.run(o, M);
 
-  std::vector<double> want_c(M * N), want_p(M * NB);
-  reference::gemm_epilogue(want_c.data(), want_p.data(), a.data(), b.data(), bias.data(), res.data(), M, s);
+  std::vector<double> want_c(M * NC), want_p(M * NB);
+  reference::gemm_epilogue(want_c.data(), want_p.data(), a.data(), b.data(), bias.data(), res.data(), M, s, aux.data());
   std::vector<double> ep(M * NB);  // error bound of each product
   for (std::int64_t m = 0; m < M; ++m)
     for (std::int64_t n = 0; n < NB; ++n) {
@@ -72,9 +77,24 @@ void check_gemm(const GemmKernel& k, std::int64_t M, unsigned seed) {
         S += std::abs(a[m * K + i] * (s.b_trans ? b[n * K + i] : b[i * NB + n]));
       ep[m * NB + n] = (K + 2) * kU * S + 1e-30;
     }
-  std::vector<double> got_c(M * N), bound_c(M * N);
+  std::vector<double> got_c(M * NC), bound_c(M * NC);
   for (std::int64_t m = 0; m < M; ++m)
-    for (std::int64_t n = 0; n < N; ++n) {
+    for (std::int64_t n = 0; n < N && s.act == Act::dswiglu; ++n) {
+      // dg = P u s (1 + g (1 - s)), du = P g s: the product's error times the factor, plus ~20 u of the
+      // factor's own (exp polynomial, division, the cancellation in 1 + g (1 - s) bounded by 1 + |g|).
+      const double p = want_p[m * NB + n], e = ep[m * NB + n], g = aux[m * 2 * N + n], u = aux[m * 2 * N + N + n];
+      const double sg = 1 / (1 + std::exp(-g));
+      const double fg = std::abs(u) * sg * (1 + std::abs(g)), fu = std::abs(g) * sg;
+      for (int h = 0; h < 2; ++h) {
+        const std::int64_t j = m * NC + h * N + n;
+        const double f = h == 0 ? fg : fu;
+        got_c[j] = c[m * ldc + h * N + n];
+        bound_c[j] = 1.1 * e * f + 20 * kU * std::abs(p) * f + 1e-30;
+      }
+      EXPECT_EQ(c[m * ldc + NC], -7.0f) << "wrote past column 2N of row " << m;
+    }
+  for (std::int64_t m = 0; m < M; ++m)
+    for (std::int64_t n = 0; n < N && s.act != Act::dswiglu; ++n) {
       const double p = want_p[m * NB + n], e = ep[m * NB + n];
       const double cw = want_c[m * N + n] - (s.residual ? res[m * N + n] : 0.0);  // before the residual
       double b2 = 0;
@@ -88,6 +108,7 @@ void check_gemm(const GemmKernel& k, std::int64_t M, unsigned seed) {
           b2 = 1.1 * e * (std::abs(up) + eu) + std::abs(sg) * eu + 10 * kU * std::abs(cw);
           break;
         }
+        case Act::dswiglu: break;  // above
       }
       if (s.residual) b2 += 2 * kU * (std::abs(want_c[m * N + n]) + std::abs(res[m * N + n]));
       got_c[m * N + n] = c[m * ldc + n];
@@ -112,16 +133,19 @@ struct Epi {
 };
 const Epi kEpilogues[] = {{false, Act::none, false, false}, {true, Act::silu, false, false},
                           {true, Act::gelu, true, false},   {false, Act::swiglu, false, true},
-                          {true, Act::swiglu, true, true},  {false, Act::none, true, false}};
+                          {true, Act::swiglu, true, true},  {false, Act::none, true, false},
+                          {false, Act::dswiglu, false, false}};
 
 GemmSpec make(std::int64_t N, std::int64_t K, bool bt, const Epi& e) { return {N, K, bt, e.bias, e.act, e.residual, e.pre}; }
 
 std::vector<GemmVariant> test_variants() {
-  std::vector<GemmVariant> v(4);
+  std::vector<GemmVariant> v(5);
   v[0].tile_m = 32, v[0].tile_n = 256;
   v[1].tile_m = 5, v[1].tile_n = 7;  // tiles that cut every shape into ragged pieces
-  v[2].core = GemmVariant::micro, v[2].micro_m = 4, v[2].vector_floats = native_vector_floats();
-  v[3].core = GemmVariant::micro, v[3].micro_m = 3, v[3].vector_floats = 8;
+  v[2] = default_gemm_variant();
+  // Register blocks and row blocks that leave ragged strips, panels and blocks at every shape.
+  v[3].core = GemmVariant::micro, v[3].micro_m = 3, v[3].micro_nv = 1, v[3].block_m = 9, v[3].vector_floats = 8;
+  v[4].core = GemmVariant::micro, v[4].micro_m = 5, v[4].micro_nv = 3, v[4].block_m = 10, v[4].vector_floats = 4;
   return v;
 }
 
@@ -132,7 +156,8 @@ TEST(CodegenGemm, VariantsMatchReference) {
   std::vector<std::pair<GemmSpec, GemmVariant>> cases;
   for (const auto& v : test_variants())
     for (bool bt : {false, true})
-      for (const Epi& e : {kEpilogues[0], kEpilogues[2], kEpilogues[4]}) cases.push_back({make(65, 130, bt, e), v});
+      for (const Epi& e : {kEpilogues[0], kEpilogues[2], kEpilogues[4], kEpilogues[6]})
+        cases.push_back({make(65, 130, bt, e), v});
   for (const auto& [s, v] : cases) sources.push_back(generate_gemm(s, v));
   load_kernels(sources, o);  // all compiles at once
   for (const auto& [s, v] : cases) {
@@ -147,7 +172,7 @@ TEST(CodegenGemm, ShapesAndEpiloguesMatchReference) {
   Options o = testing::test_options();
   o.autotune = false;
   const bool cc = testing::have_compiler();
-  const std::pair<std::int64_t, std::int64_t> shapes[] = {{1, 1}, {7, 5}, {33, 17}, {64, 64}};
+  const std::pair<std::int64_t, std::int64_t> shapes[] = {{1, 1}, {7, 5}, {33, 17}, {63, 64}, {64, 65}, {65, 7}, {4097, 3}};
   std::vector<GeneratedSource> sources;
   for (auto [N, K] : shapes)
     for (const Epi& e : kEpilogues) sources.push_back(generate_gemm(make(N, K, true, e), default_gemm_variant()));

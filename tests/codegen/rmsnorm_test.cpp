@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "codegen_test_util.h"
+#include "lmcore/codegen/cache.h"
 #include "lmcore/codegen/gemm.h"
 #include "lmcore/codegen/rmsnorm.h"
 #include "lmcore/core/error.h"
@@ -221,6 +222,41 @@ TEST(CodegenRmsNorm, AsyncCompileWhileTheGenericKernelRuns) {
   EXPECT_THROW(RmsNormKernel::get_async({0, 1e-5f}, o), Error);
   auto g = GemmKernel::get_async({16, 8, true, false, Act::silu, false, false}, 32, o);
   EXPECT_EQ(g.get().generated(), testing::have_compiler());
+}
+
+// Autotuning as the GEMM's: every candidate compiled and timed in a child, one record with the winner
+// and every time, the record reused, LMCORE_AUTOTUNE=0 (autotune off) gives the default; the tuned
+// kernel is checked against the reference like any other.
+TEST(CodegenRmsNorm, AutotunePicksAndRecordsAWinner) {
+  testing::TempDir dir;
+  Options o = testing::test_options(dir.path());
+  o.autotune = true;
+  // A spec no other test loads (this process reuses a library it loaded under the same key).
+  const RmsNormSpec s{67, 1e-5f, DType::bf16, DType::bf16, true};
+  const RmsNormKernel k = RmsNormKernel::get(s, o);
+  if (!testing::have_compiler()) {
+    EXPECT_FALSE(k.generated());
+    return;
+  }
+  ASSERT_TRUE(k.generated()) << k.why_generic();
+  check_kernel(k, 37, 21);
+  KernelCache cache(o.cache_dir, o.cache_max_bytes);
+  std::size_t records = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path() + "/tune")) {
+    ++records;
+    const auto rec = cache.read_tuning(e.path().filename().string());
+    ASSERT_TRUE(rec.has_value());
+    EXPECT_EQ(rec->substr(0, rec->find(';')), k.variant()) << *rec;
+    for (const auto& v : rmsnorm_candidates()) EXPECT_NE(rec->find(v.to_string() + "="), std::string::npos) << *rec;
+  }
+  EXPECT_EQ(records, 1u);
+  EXPECT_EQ(cache.list().size(), rmsnorm_candidates().size()) << "every candidate compiled and cached";
+  EXPECT_EQ(RmsNormKernel::get(s, o).variant(), k.variant());
+  EXPECT_EQ(cache.list().size(), rmsnorm_candidates().size()) << "the record reused: nothing compiled again";
+  o.autotune = false;
+  EXPECT_EQ(RmsNormKernel::get(s, o).variant(), default_rmsnorm_variant().to_string());
+  EXPECT_EQ(parse_rmsnorm_variant(k.variant()).to_string(), k.variant());
+  EXPECT_THROW(parse_rmsnorm_variant("W=16 U=4x"), Error);
 }
 
 TEST(CodegenRmsNorm, NanAndInfinityPropagate) {

@@ -11,7 +11,8 @@
 // The epilogue is applied to each output tile right after its product, while the tile is in cache, so
 // C is written once and P (the pre-activation, needed by a backward) is never read back. Rows are split
 // over lmcore's thread pool in blocks of 16; each block runs a single-threaded kernel, so results are
-// the same on every run at the same thread count. Autotuning compiles the candidate variants (blas
+// the same on every run at the same thread count. The "micro" core packs B once per run (the threads
+// split the panels), then the row blocks run on the shared copy. Autotuning compiles the candidate variants (blas
 // tiles and generated micro-kernels), times each in a forked child (a candidate that crashes or hangs
 // is dropped, the caller survives) on the real shape, and records the winner in the cache's tune/ for
 // this spec, row-count bucket, compiler and CPU; LMCORE_AUTOTUNE=0 takes the default variant untimed.
@@ -40,6 +41,8 @@ struct GemmOperands {
   const float* bias = nullptr;      // when spec.bias
   const float* residual = nullptr;  // when spec.residual
   std::int64_t ldr = 0;
+  const float* aux = nullptr;       // (M, 2N) gate | up, when spec.act == Act::dswiglu
+  std::int64_t ldx = 0;
 };
 
 class GemmKernel {
@@ -65,7 +68,9 @@ class GemmKernel {
  private:
   GemmSpec spec_;
   lmcore_gemm_fn fn_ = nullptr;
+  lmcore_gemm_pack_b_fn pack_b_ = nullptr;
   std::int64_t scratch_floats_ = 0;  // per call (per thread)
+  std::int64_t packed_panels_ = 0, packed_floats_ = 0;  // B packed once per run, shared by the threads
   std::string why_, variant_;
 };
 
@@ -86,6 +91,8 @@ int time_candidates_in_children(std::size_t n, const std::function<double(std::s
 namespace detail {
 // a.scratch: generic_gemm_scratch_floats(spec) floats.
 void generic_gemm(const GemmSpec& spec, const lmcore_gemm_args& a);
+// Checks a spec (N, K >= 1; dswiglu without bias, residual or stored product); throws Error.
+void check_gemm_spec(const GemmSpec& spec);
 std::int64_t generic_gemm_scratch_floats(const GemmSpec& spec);
 // The single-threaded sgemm handed to kernels (C = A op(B), beta 0), over OpenBLAS.
 void sgemm_callback(int b_trans, std::int64_t M, std::int64_t N, std::int64_t K, const float* a, std::int64_t lda,

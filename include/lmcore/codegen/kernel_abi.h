@@ -19,7 +19,7 @@
 
 #include <stdint.h>
 
-#define LMCORE_KERNEL_ABI_VERSION 2
+#define LMCORE_KERNEL_ABI_VERSION 3
 
 #ifdef __cplusplus
 extern "C" {
@@ -62,11 +62,18 @@ typedef void (*lmcore_rmsnorm_backward_fn)(const lmcore_rmsnorm_backward_args*);
  * C (M, N), applied to each tile right after its product, while it is in cache:
  *   act none: C = P;  silu: C = P * sigmoid(P);  gelu: C = gelu_tanh(P);
  *   swiglu: NB = 2N, gate = P[:, :N], up = P[:, N:], C = silu(gate) * up;
+ *   dswiglu (the SwiGLU backward, fused into the product that gives its incoming gradient): P = dA (M, N),
+ *     aux = gu (M, 2N) the forward's gate | up, C (M, 2N): C[:, j] = P u silu'(g), C[:, N + j] = P silu(g)
+ *     with silu'(g) = s (1 + g (1 - s)), s = sigmoid(g);
  *   then C += residual (when the spec has it). P is also stored to `pre` when the spec asks (the
  *   SwiGLU backward needs gate and up). Rows [row_begin, row_end) are computed, so callers parallelise
  *   over row blocks. The "blas" core calls `sgemm` per tile; the "micro" core is generated code.
  * Working memory comes from the caller: `scratch` holds at least lmcore_gemm_scratch_floats() floats
- * (a kernel never allocates: a fresh allocation per call would fault its pages in every time). */
+ * (a kernel never allocates: a fresh allocation per call would fault its pages in every time).
+ * Packed B, shared by every thread of one product: a kernel whose lmcore_gemm_packed_panels() is P > 0
+ * reads B only from `packed_b` (lmcore_gemm_packed_floats() floats), which the caller fills first by
+ * calling lmcore_gemm_pack_b(args, packed, q_begin, q_end) over panels [0, P) (in parallel, any split),
+ * and only then runs lmcore_gemm_epilogue on the row blocks. Kernels with P = 0 ignore packed_b. */
 typedef void (*lmcore_sgemm_fn)(int b_trans, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
                                 const float* b, int64_t ldb, float* c, int64_t ldc); /* C = A op(B), beta 0 */
 
@@ -79,12 +86,15 @@ typedef struct lmcore_gemm_args {
   const float* residual;    /* (M, N), row stride ldr; read only when the spec has a residual */
   lmcore_sgemm_fn sgemm;    /* single-threaded sgemm, for the "blas" core */
   float* scratch;           /* lmcore_gemm_scratch_floats() floats, private to this call */
-  int64_t lda, ldb, ldc, ldp, ldr;
+  const float* packed_b;    /* lmcore_gemm_packed_floats() floats filled by lmcore_gemm_pack_b */
+  const float* aux;         /* (M, 2N), row stride ldx: gate | up, read only by the dswiglu epilogue */
+  int64_t lda, ldb, ldc, ldp, ldr, ldx;
   int64_t row_begin, row_end;
 } lmcore_gemm_args;
 
 typedef void (*lmcore_gemm_fn)(const lmcore_gemm_args*);
 typedef int64_t (*lmcore_gemm_scratch_floats_fn)(void);
+typedef void (*lmcore_gemm_pack_b_fn)(const lmcore_gemm_args*, float* packed, int64_t q_begin, int64_t q_end);
 
 typedef int (*lmcore_kernel_abi_version_fn)(void);
 typedef const char* (*lmcore_kernel_spec_fn)(void);

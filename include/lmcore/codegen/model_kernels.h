@@ -28,7 +28,8 @@ struct ModelShapes {
 std::vector<RmsNormSpec> model_rmsnorm_specs(const ModelShapes& shapes);
 
 // The MLP's GEMMs: gate/up projection with the SwiGLU epilogue (the product kept for the backward),
-// and the down projection with the residual add. Weights are torch Linear layouts (b_trans).
+// the down projection with the residual add (weights in torch Linear layouts, b_trans), and the
+// backward's d-input product of the down projection (dx @ Wdown) with the SwiGLU backward epilogue.
 std::vector<GemmSpec> model_gemm_specs(const ModelShapes& shapes);
 
 // Sources of every kernel of the model in the variants that will be used (autotuned when

@@ -23,9 +23,10 @@ void rmsnorm_backward(double* dinp, double* dweight, const void* dinp_in, const 
                       const void* inp, const float* weight, const float* rstd, std::int64_t N,
                       const RmsNormSpec& spec);
 
-// C (M, N) and P (M, NB) in f64 for dense operands: a (M, K), b (NB, K) when spec.b_trans else (K, NB),
-// bias (NB), residual (M, N). silu(x) = x / (1 + e^-x), gelu = the tanh form.
+// C (M, spec.out_cols()) and P (M, NB) in f64 for dense operands: a (M, K), b (NB, K) when spec.b_trans
+// else (K, NB), bias (NB), residual (M, N), aux (M, 2N) gate | up for dswiglu. silu(x) = x / (1 + e^-x),
+// gelu = the tanh form; dswiglu: C = [P u s (1 + g (1 - s)), P g s], s = 1 / (1 + e^-g).
 void gemm_epilogue(double* c, double* pre, const float* a, const float* b, const float* bias, const float* residual,
-                   std::int64_t M, const GemmSpec& spec);
+                   std::int64_t M, const GemmSpec& spec, const float* aux = nullptr);
 
 }  // namespace lmcore::codegen::reference

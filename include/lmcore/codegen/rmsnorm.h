@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <future>
 #include <string>
+#include <vector>
 
 #include "lmcore/codegen/kernel_abi.h"
 #include "lmcore/codegen/spec.h"
@@ -61,6 +62,19 @@ class RmsNormKernel {
 
 // The default variant for this CPU: widest vectors, 4 accumulators.
 RmsNormVariant default_rmsnorm_variant();
+
+// The candidates autotuning times: vectors of the widest width the CPU has and of 8 lanes (AVX-512 may
+// lower the clock), each with 1, 2, 4 and 8 accumulators.
+std::vector<RmsNormVariant> rmsnorm_candidates();
+
+// The variant get() uses for `spec`: the cached tuning winner for this spec, compiler and CPU, a tuning
+// run when there is none (candidates compiled in parallel, forward + backward of each timed in a forked
+// child on ~4 MiB of rows, three interleaved rounds, the winner and every time recorded in the cache's
+// tune/), or the default when autotuning is off (LMCORE_AUTOTUNE=0) or no compiler is found.
+RmsNormVariant rmsnorm_variant_for(const RmsNormSpec& spec, const Options& options);
+
+// "W=16 U=4" -> the variant; throws Error for anything else.
+RmsNormVariant parse_rmsnorm_variant(const std::string& s);
 
 namespace detail {
 // The precompiled generic kernels: the same ABI with the spec as a run-time argument.

@@ -36,7 +36,9 @@ struct RmsNormVariant {
 };
 
 // Activation of a GEMM epilogue (see kernel_abi.h).
-enum class Act : std::uint8_t { none = 0, silu = 1, gelu = 2, swiglu = 3 };
+// dswiglu is the SwiGLU backward as the epilogue of the product dA (M, N): it reads gate | up (aux) and
+// writes d gate | d up (M, 2N).
+enum class Act : std::uint8_t { none = 0, silu = 1, gelu = 2, swiglu = 3, dswiglu = 4 };
 const char* act_name(Act a);
 
 // C (M, N) = epilogue(A (M, K) @ op(B)); M is a run-time argument, N and K are baked in.
@@ -47,19 +49,23 @@ struct GemmSpec {
   Act act = Act::none;     // swiglu: NB = 2N (gate columns, then up columns)
   bool residual = false;   // C += residual
   bool store_pre = false;  // also write the product P (M, NB) (+ bias) before the activation
-  std::int64_t nb() const { return act == Act::swiglu ? 2 * N : N; }
+  std::int64_t nb() const { return act == Act::swiglu ? 2 * N : N; }           // columns of the product
+  std::int64_t out_cols() const { return act == Act::dswiglu ? 2 * N : N; }  // columns of C
   std::string to_string() const;  // "gemm N=1024 K=384 bt=1 bias=0 act=swiglu res=0 pre=1"
 };
 
 // The GEMM core and its tiles. "blas": sgemm (OpenBLAS, single-threaded) per tile_m x tile_n output
 // tile, the epilogue right after each; "micro": generated register-blocked micro-kernel of micro_m rows
-// x 2 vectors (B packed per column panel).
+// x micro_nv vectors over B packed once per product (shared by the threads) and A packed per block of
+// block_m rows; each micro_m x micro_nv tile goes through the epilogue straight from registers' spill.
 struct GemmVariant {
   enum Core : std::uint8_t { blas = 0, micro = 1 } core = blas;
   int tile_m = 32, tile_n = 256;  // blas
-  int micro_m = 4;                // micro: rows per register block (1..8)
+  int micro_m = 4;                // micro: rows per register block (1..16)
+  int micro_nv = 2;               // micro: vectors per row of the register block (1..4)
+  int block_m = 96;               // micro: rows of A packed together (a multiple of micro_m)
   int vector_floats = 0;          // micro: lanes (0 = the widest the CPU has)
-  std::string to_string() const;  // "blas 32x256", "micro 4x2 W=16"
+  std::string to_string() const;  // "blas 32x256", "micro 12x2 W=16 MC=96"
   static GemmVariant parse(const std::string& s);  // inverse of to_string; throws Error
 };
 
