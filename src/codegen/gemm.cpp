@@ -46,12 +46,13 @@ std::int64_t pow2_bucket(std::int64_t m) {
 
 namespace {
 
-GemmVariant micro_variant(int mr, int nv, int mc, int w) {
+GemmVariant micro_variant(int mr, int nv, int mc, int kc, int w) {
   GemmVariant v;
   v.core = GemmVariant::micro;
   v.micro_m = mr;
   v.micro_nv = nv;
   v.block_m = mc;
+  v.block_k = kc;
   v.vector_floats = w;
   return v;
 }
@@ -61,7 +62,7 @@ GemmVariant micro_variant(int mr, int nv, int mc, int w) {
 // The micro core with B packed once: 24 accumulators of 32 vector registers (AVX-512), 12 of 16 (AVX2).
 GemmVariant default_gemm_variant() {
   const int w = native_vector_floats();
-  return w == 16 ? micro_variant(12, 2, 96, w) : micro_variant(6, 2, 96, w);
+  return w == 16 ? micro_variant(12, 2, 96, 192, w) : micro_variant(6, 2, 96, 256, w);
 }
 
 std::vector<GemmVariant> gemm_candidates(const GemmSpec& spec) {
@@ -70,13 +71,14 @@ std::vector<GemmVariant> gemm_candidates(const GemmSpec& spec) {
   // registers (AVX-512) 12x2, 8x3, 6x4 and 14x2; with 16 (AVX2 or less) 6x2 and 4x3. Each with a
   // block of A rows that stays in L2 beside a panel of B.
   const int w = native_vector_floats();
+  // KC: a B sliver of KC x NR floats in half of a 48 KiB L1 (192 x 32), or all of K in one pass.
   if (w == 16) {
-    for (auto [mr, nv, mc] : {std::tuple{12, 2, 96}, std::tuple{12, 2, 48}, std::tuple{8, 3, 64}, std::tuple{6, 4, 48},
-                              std::tuple{14, 2, 112}})
-      c.push_back(micro_variant(mr, nv, mc, w));
+    for (auto [mr, nv, mc, kc] : {std::tuple{12, 2, 96, 192}, std::tuple{14, 2, 112, 192}, std::tuple{12, 2, 96, 0},
+                                  std::tuple{14, 2, 112, 0}, std::tuple{8, 3, 64, 128}, std::tuple{6, 4, 48, 96}})
+      c.push_back(micro_variant(mr, nv, mc, kc, w));
   } else {
-    for (auto [mr, nv, mc] : {std::tuple{6, 2, 96}, std::tuple{4, 3, 64}, std::tuple{6, 2, 48}})
-      c.push_back(micro_variant(mr, nv, mc, w));
+    for (auto [mr, nv, mc, kc] : {std::tuple{6, 2, 96, 256}, std::tuple{4, 3, 64, 256}, std::tuple{6, 2, 48, 0}})
+      c.push_back(micro_variant(mr, nv, mc, kc, w));
   }
   // OpenBLAS per tile (it re-packs B per call): full-width tiles of 128 rows, and of 1024 rows, which
   // is one sgemm per thread's row block at the trainer's sizes (OpenBLAS's own speed, the epilogue then

@@ -230,25 +230,26 @@ std::string GemmSpec::to_string() const {
 
 std::string GemmVariant::to_string() const {
   if (core == blas) return fmt::format("blas {}x{}", tile_m, tile_n);
-  return fmt::format("micro {}x{} W={} MC={}", micro_m, micro_nv, vector_floats, block_m);
+  return fmt::format("micro {}x{} W={} MC={} KC={}", micro_m, micro_nv, vector_floats, block_m, block_k);
 }
 
 GemmVariant GemmVariant::parse(const std::string& s) {
   GemmVariant v;
-  int a = 0, b = 0, w = 0, mc = 0, used = 0;
+  int a = 0, b = 0, w = 0, mc = 0, kc = 0, used = 0;
   if (std::sscanf(s.c_str(), "blas %dx%d%n", &a, &b, &used) == 2 && used == static_cast<int>(s.size())) {
     v.core = blas;
     v.tile_m = a;
     v.tile_n = b;
-  } else if (std::sscanf(s.c_str(), "micro %dx%d W=%d MC=%d%n", &a, &b, &w, &mc, &used) == 4 &&
+  } else if (std::sscanf(s.c_str(), "micro %dx%d W=%d MC=%d KC=%d%n", &a, &b, &w, &mc, &kc, &used) == 5 &&
              used == static_cast<int>(s.size())) {
     v.core = micro;
     v.micro_m = a;
     v.micro_nv = b;
     v.vector_floats = w;
     v.block_m = mc;
+    v.block_k = kc;
   } else {
-    fail("codegen gemm: cannot parse the variant '{}', expected 'blas MxN' or 'micro MRxNV W=L MC=R'", s);
+    fail("codegen gemm: cannot parse the variant '{}', expected 'blas MxN' or 'micro MRxNV W=L MC=R KC=K'", s);
   }
   return v;
 }
@@ -317,10 +318,10 @@ GeneratedSource generate_gemm(const GemmSpec& spec, const GemmVariant& v) {
     LMCORE_CHECK(v.tile_m >= 1 && v.tile_n >= 1, "codegen gemm: tile sizes must be >= 1, found {}", v.to_string());
   else
     LMCORE_CHECK(v.micro_m >= 1 && v.micro_m <= 16 && v.micro_nv >= 1 && v.micro_nv <= 4 &&
-                     v.block_m >= v.micro_m && v.block_m % v.micro_m == 0 &&
+                     v.block_m >= v.micro_m && v.block_m % v.micro_m == 0 && v.block_k >= 0 &&
                      (v.vector_floats == 4 || v.vector_floats == 8 || v.vector_floats == 16),
                  "codegen gemm: micro_m must be in [1, 16], micro_nv in [1, 4], block_m a positive multiple of "
-                 "micro_m and vector_floats 4, 8 or 16, found {}",
+                 "micro_m, block_k >= 0 and vector_floats 4, 8 or 16, found {}",
                  v.to_string());
   GeneratedSource g;
   g.kind = "gemm";
@@ -447,20 +448,22 @@ LMC_EXPORT void lmcore_gemm_epilogue(const lmcore_gemm_args* a) {
 }
 )";
   } else {
-    s += fmt::format("#define MR {}\n#define NV {}\n#define MC {}\n", v.micro_m, v.micro_nv, v.block_m);
+    s += fmt::format("#define MR {}\n#define NV {}\n#define MC {}\nstatic const int64_t KC = {};\n", v.micro_m,
+                     v.micro_nv, v.block_m, v.block_k > 0 && v.block_k < spec.K ? v.block_k : spec.K);
     s += R"(
 // The "micro" core. B is packed once per product by the caller's threads (lmcore_gemm_pack_b) into
 // panels of NR = NV x W columns, K rows each (zero past N; for swiglu the gate panels, then the up
 // panels), so no thread packs it again. Each block of MC rows of A is packed into MR-row strips
-// (k-major: MR values per k). For each panel (in L1/L2) every strip runs the register-blocked
-// micro-kernel: MR x NV accumulators, NV loads of B and MR broadcasts of A per k (MR x NV FMAs);
-// the tile then goes through the epilogue from a 1-2 KiB buffer in L1, so C is written once.
+// (k-major: MR values per k). For each panel, in passes of KC over K (the KC x NR sliver of B in L1),
+// every strip runs the register-blocked micro-kernel: MR x NV accumulators, NV loads of B and MR
+// broadcasts of A per k (MR x NV FMAs), adding into the block's MC x NR tile buffer (L1/L2); after the
+// last pass the tiles go through the epilogue, so C is written once.
 #define NR (NV * W)
 static const int64_t NPAN = (N + NR - 1) / NR;
 static const int64_t PANELS = SWIGLU ? 2 * NPAN : NPAN;
 LMC_EXPORT int64_t lmcore_gemm_packed_panels(void) { return PANELS; }
 LMC_EXPORT int64_t lmcore_gemm_packed_floats(void) { return PANELS * K * NR; }
-LMC_EXPORT int64_t lmcore_gemm_scratch_floats(void) { return MC * K + 2 * MR * NR; }
+LMC_EXPORT int64_t lmcore_gemm_scratch_floats(void) { return MC * K + 2 * MC * NR; }
 LMC_EXPORT void lmcore_gemm_pack_b(const lmcore_gemm_args* a, float* packed, int64_t q0, int64_t q1) {
   for (int64_t q = q0; q < q1; ++q) {
     const int64_t p = q % NPAN, c0 = p * NR + (q >= NPAN ? N : 0);
@@ -483,25 +486,35 @@ LMC_EXPORT void lmcore_gemm_pack_b(const lmcore_gemm_args* a, float* packed, int
 #endif
   }
 }
+// A block: for each pass of KC (kc = the pass's length) the strips of MR rows, k-major within a strip,
+// at pa + k0 * MC + i0 * kc.
 static void pack_a(const lmcore_gemm_args* a, float* pa, int64_t m0, int64_t mc) {
-  for (int64_t i0 = 0; i0 < mc; i0 += MR)
-    for (int i = 0; i < MR; ++i) {
-      float* d = pa + i0 * K + i;
-      if (i0 + i < mc) {
-        const float* src = a->a + (m0 + i0 + i) * a->lda;
-        for (int64_t k = 0; k < K; ++k) d[k * MR] = src[k];
-      } else {
-        for (int64_t k = 0; k < K; ++k) d[k * MR] = 0.0f;
+  for (int64_t k0 = 0; k0 < K; k0 += KC) {
+    const int64_t kc = K - k0 < KC ? K - k0 : KC;
+    for (int64_t i0 = 0; i0 < mc; i0 += MR)
+      for (int i = 0; i < MR; ++i) {
+        float* d = pa + k0 * MC + i0 * kc + i;
+        if (i0 + i < mc) {
+          const float* src = a->a + (m0 + i0 + i) * a->lda + k0;
+          for (int64_t k = 0; k < kc; ++k) d[k * MR] = src[k];
+        } else {
+          for (int64_t k = 0; k < kc; ++k) d[k * MR] = 0.0f;
+        }
       }
-    }
+  }
 }
-static inline void micro(const float* __restrict pa, const float* __restrict pb, float* __restrict t) {
+// t (MR x NR, row stride NR) = [t +] pa (kc x MR) x pb (kc x NR). The next rows of both are prefetched
+// 16 k ahead (the B sliver may come from L2).
+static inline void micro(const float* __restrict pa, const float* __restrict pb, int64_t kc, float* __restrict t,
+                         int first) {
   vf acc[MR][NV];
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[i][v] = splat(0.0f);
-  for (int64_t k = 0; k < K; ++k) {
+    for (int v = 0; v < NV; ++v) acc[i][v] = first ? splat(0.0f) : ld_f32(t + i * NR + v * W);
+  for (int64_t k = 0; k < kc; ++k) {
+    __builtin_prefetch(pb + (k + 16) * NR);
+    __builtin_prefetch(pa + (k + 16) * MR);
     vf b[NV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) b[v] = ld_f32(pb + k * NR + v * W);
@@ -519,8 +532,8 @@ static inline void micro(const float* __restrict pa, const float* __restrict pb,
 }
 LMC_EXPORT void lmcore_gemm_epilogue(const lmcore_gemm_args* a) {
   float* pa = a->scratch;
-  float* tg = pa + MC * K;
-  float* tu = tg + MR * NR;
+  float* tg = pa + MC * K;  // MC x NR tiles of the block (gate, or the whole product)
+  float* tu = tg + MC * NR; // up tiles (swiglu)
   for (int64_t m0 = a->row_begin; m0 < a->row_end; m0 += MC) {
     const int64_t mc = a->row_end - m0 < MC ? a->row_end - m0 : MC;
     pack_a(a, pa, m0, mc);
@@ -528,12 +541,14 @@ LMC_EXPORT void lmcore_gemm_epilogue(const lmcore_gemm_args* a) {
       const int64_t n0 = p * NR, cols = N - n0 < NR ? N - n0 : NR;
       const float* pg = a->packed_b + p * K * NR;
       const float* pu = SWIGLU ? a->packed_b + (NPAN + p) * K * NR : pg;
-      for (int64_t i0 = 0; i0 < mc; i0 += MR) {
-        micro(pa + i0 * K, pg, tg);
-        if (SWIGLU) micro(pa + i0 * K, pu, tu);
-        const int64_t rows = mc - i0 < MR ? mc - i0 : MR;
-        for (int64_t i = 0; i < rows; ++i) epilogue_row(a, m0 + i0 + i, n0, cols, tg + i * NR, tu + i * NR);
+      for (int64_t k0 = 0; k0 < K; k0 += KC) {
+        const int64_t kc = K - k0 < KC ? K - k0 : KC;
+        for (int64_t i0 = 0; i0 < mc; i0 += MR) {
+          micro(pa + k0 * MC + i0 * kc, pg + k0 * NR, kc, tg + i0 * NR, k0 == 0);
+          if (SWIGLU) micro(pa + k0 * MC + i0 * kc, pu + k0 * NR, kc, tu + i0 * NR, k0 == 0);
+        }
       }
+      for (int64_t i = 0; i < mc; ++i) epilogue_row(a, m0 + i, n0, cols, tg + i * NR, tu + i * NR);
     }
   }
 }

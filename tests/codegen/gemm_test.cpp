@@ -144,8 +144,11 @@ std::vector<GemmVariant> test_variants() {
   v[1].tile_m = 5, v[1].tile_n = 7;  // tiles that cut every shape into ragged pieces
   v[2] = default_gemm_variant();
   // Register blocks and row blocks that leave ragged strips, panels and blocks at every shape.
-  v[3].core = GemmVariant::micro, v[3].micro_m = 3, v[3].micro_nv = 1, v[3].block_m = 9, v[3].vector_floats = 8;
-  v[4].core = GemmVariant::micro, v[4].micro_m = 5, v[4].micro_nv = 3, v[4].block_m = 10, v[4].vector_floats = 4;
+  // (block_k 7 and 64: passes over K with a ragged last one; 0: one pass.)
+  v[3].core = GemmVariant::micro, v[3].micro_m = 3, v[3].micro_nv = 1, v[3].block_m = 9, v[3].block_k = 7;
+  v[3].vector_floats = 8;
+  v[4].core = GemmVariant::micro, v[4].micro_m = 5, v[4].micro_nv = 3, v[4].block_m = 10, v[4].block_k = 64;
+  v[4].vector_floats = 4;
   return v;
 }
 
@@ -248,6 +251,8 @@ TEST(CodegenGemm, BadOperandsAreErrors) {
   EXPECT_THROW(GemmKernel::generic({0, 4}), Error);
   EXPECT_THROW(GemmVariant::parse("blas 32by8"), Error);
   for (const auto& v : gemm_candidates({512, 64})) EXPECT_EQ(GemmVariant::parse(v.to_string()).to_string(), v.to_string());
+  EXPECT_THROW(GemmVariant::parse("micro 12x2 W=16 MC=96"), Error);   // KC missing
+  EXPECT_THROW(GemmVariant::parse("blas 32x8 extra"), Error);
 }
 
 }  // namespace

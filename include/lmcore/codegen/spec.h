@@ -57,15 +57,17 @@ struct GemmSpec {
 // The GEMM core and its tiles. "blas": sgemm (OpenBLAS, single-threaded) per tile_m x tile_n output
 // tile, the epilogue right after each; "micro": generated register-blocked micro-kernel of micro_m rows
 // x micro_nv vectors over B packed once per product (shared by the threads) and A packed per block of
-// block_m rows; each micro_m x micro_nv tile goes through the epilogue straight from registers' spill.
+// block_m rows, in passes of block_k over K; the block's tiles go through the epilogue from L1/L2.
 struct GemmVariant {
   enum Core : std::uint8_t { blas = 0, micro = 1 } core = blas;
   int tile_m = 32, tile_n = 256;  // blas
   int micro_m = 4;                // micro: rows per register block (1..16)
   int micro_nv = 2;               // micro: vectors per row of the register block (1..4)
   int block_m = 96;               // micro: rows of A packed together (a multiple of micro_m)
+  int block_k = 0;                // micro: k per pass over a panel (0 = all of K; else a B sliver of
+                                  // block_k x NR stays in L1 while the strips of A pass over it)
   int vector_floats = 0;          // micro: lanes (0 = the widest the CPU has)
-  std::string to_string() const;  // "blas 32x256", "micro 12x2 W=16 MC=96"
+  std::string to_string() const;  // "blas 32x256", "micro 12x2 W=16 MC=96 KC=192"
   static GemmVariant parse(const std::string& s);  // inverse of to_string; throws Error
 };
 
