@@ -159,10 +159,20 @@ void Llama::Impl::block_backward(const BlockActs& b, const std::byte* w, float* 
   const std::byte* wo = w + off.wo * cs;
   const std::byte* wgu = w + off.wgu * cs;
   const std::byte* wdown = w + off.wdown * cs;
-  // x_mid (N, C) = x_in + y @ Wo^T again, as the forward formed it
+  // x_mid (N, C) = x_in + y @ Wo^T, h2 (N, C) = rmsnorm(x_mid) (rstd2 rewritten with the same values)
+  // and gu (N, 2F) = h2 @ Wgu^T again, as the forward formed them (after a fresh block_forward only h2,
+  // which shares its buffer with h1)
   if (!recompute) {
     std::memcpy(b.x_mid, b.x_in, static_cast<std::size_t>(N * C) * 4);
     detail::gemm(ct, false, true, N, C, Q, 1.0f, b.y, Q, wo, Q, 1.0f, b.x_mid, C);
+  }
+  float* h2_32 = f32() ? static_cast<float*>(b.h2) : sA;
+  norm_forward(h2_32, b.rstd2, b.x_mid, w + off.post_norm * cs, eps);
+  store(b.h2, h2_32, N * C);
+  if (!keep_gu && !recompute) {
+    float* gu_32 = f32() ? static_cast<float*>(b.gu) : sA;
+    detail::gemm(ct, false, true, N, 2 * F, C, 1.0f, b.h2, C, wgu, C, 0.0f, gu_32, 2 * F);
+    store(b.gu, gu_32, N * 2 * F);
   }
   // ---- MLP: x_out = x_mid + a @ Wdown^T ----
   const void* dx_c = as_compute(dx, cB, N * C);
@@ -183,10 +193,6 @@ void Llama::Impl::block_backward(const BlockActs& b, const std::byte* w, float* 
     swiglu_backward(sC, sB, gu32, N, F);
   }
   const void* dgu_c = as_compute(sC, cA, N * 2 * F);
-  // h2 (N, C) recomputed from x_mid (rstd2 rewritten with the same values): f32 scratch sA is free again
-  float* h2_32 = f32() ? static_cast<float*>(b.h2) : sA;
-  norm_forward(h2_32, b.rstd2, b.x_mid, w + off.post_norm * cs, eps);
-  store(b.h2, h2_32, N * C);
   // dh2 (N, C) = dgu @ Wgu;  dWgu (2F, C) += dgu^T @ h2
   detail::gemm(ct, false, false, N, C, 2 * F, 1.0f, dgu_c, 2 * F, wgu, C, 0.0f, sB, C);
   detail::gemm(ct, true, false, 2 * F, C, N, 1.0f, dgu_c, 2 * F, b.h2, C, 1.0f, g + off.wgu, C);

@@ -85,10 +85,12 @@ Llama::Llama(const ModelConfig& config, const ModelOptions& options)
   auto ctbuf = [&](void** p, std::int64_t n) { plan.push_back({p, static_cast<std::size_t>(n) * m.cs}); };
   m.blocks.resize(static_cast<std::size_t>(m.L));
   m.keep_a = m.cg != nullptr;
+  m.keep_gu = m.keep_a || options_.keep_gate_up;
   m.recompute = options_.recompute;
-  BlockActs shared;  // x_mid, h1 = h2 and a (recomputed in the backward); with recompute, all but x_in
+  BlockActs shared;  // x_mid, h1 = h2, gu, a (recomputed in the backward); with recompute, all but x_in
   f32buf(&shared.x_mid, N * C);
   ctbuf(&shared.h1, N * C);
+  if (!m.keep_gu) ctbuf(&shared.gu, N * 2 * m.F);
   if (!m.keep_a) ctbuf(&shared.a, N * m.F);
   auto plan_block = [&](BlockActs& b) {
     f32buf(&b.rstd1, N);
@@ -96,7 +98,7 @@ Llama::Llama(const ModelConfig& config, const ModelOptions& options)
     ctbuf(&b.y, N * m.Q);
     f32buf(&b.lse, m.B * m.Hq * m.T);
     f32buf(&b.rstd2, N);
-    ctbuf(&b.gu, N * 2 * m.F);
+    if (m.keep_gu) ctbuf(&b.gu, N * 2 * m.F);
     if (m.keep_a) ctbuf(&b.a, N * m.F);
   };
   for (BlockActs& b : m.blocks) {
@@ -149,6 +151,7 @@ Llama::Llama(const ModelConfig& config, const ModelOptions& options)
     b.x_mid = shared.x_mid;
     b.h1 = shared.h1;
     b.h2 = shared.h2;
+    if (!m.keep_gu) b.gu = shared.gu;
     if (!m.keep_a) b.a = shared.a;
   }
   m.targets64 = Tensor::empty({N}, DType::i64);

@@ -35,17 +35,19 @@ class LocalAccess final : public UnitAccess {
   int block_unit_ = -1;  // the unit whose weights block_ holds, -1 for none
 };
 
-// Activations of one block. Kept per block (unless recompute): x_in, rstd1, qkv, y, lse, rstd2, gu.
-// x_mid, h1, h2 and a are recomputed in the backward and point at one shared buffer each, so they cost
-// one block's worth instead of L: x_mid = x_in + y @ Wo^T (the o_proj product again: ~8% of a block's
-// forward products, for 4 bytes per token and dim), the norms from x_in / x_mid and the saved rstd,
-// a = SwiGLU of the saved gu (with codegen, a stays per block: its fused SwiGLU is not the plain one).
+// Activations of one block. Kept per block (unless recompute): x_in, rstd1, qkv, y, lse, rstd2.
+// x_mid, h1, h2, gu and a are recomputed in the backward and point at one shared buffer each, so they
+// cost one block's worth instead of L: x_mid = x_in + y @ Wo^T (the o_proj product again: ~8% of a
+// block's forward products), the norms from x_in / x_mid and the saved rstd, gu = h2 @ Wgu^T (the
+// gate|up product again, ~45%: only without ModelOptions::keep_gate_up, the default), a = SwiGLU of
+// gu as stored. With codegen, gu and a stay per block (its fused SwiGLU is not the plain one).
 // The recomputed values are the forward's bits: the same kernels on the same inputs. With recompute
 // every block but x_in points at the shared scratch.
 //
 // The arena for GPT-2-sized shapes (N 1024, C 768, QKV 2304, F 2048; MiB, f32 | bf16):
 //   per block  x_in 3 | 3, qkv 9 | 4.5, y 3 | 1.5, gu 16 | 8, lse + rstd 0.06     x 12 = 373 | 205
 //   shared     x_mid 3, h 3 | 1.5, a 8 | 4, x_final 3, hf 3 | 1.5, dx 3
+//   (without keep_gate_up: gu 16 | 8 shared instead of per block)
 //   scratch    sA 16, sB 8, sC 16 (f32);  cA 8, cB 4.5 (bf16 only)
 struct BlockActs {
   float* x_in = nullptr;   // (N, C) the block's input (residual stream)
@@ -57,7 +59,7 @@ struct BlockActs {
   float* x_mid = nullptr;  // (N, C) x_in + o_proj(y) (shared)
   float* rstd2 = nullptr;  // (N)
   void* h2 = nullptr;      // (N, C) compute dtype (shared with h1)
-  void* gu = nullptr;      // (N, 2F) compute dtype: gate | up
+  void* gu = nullptr;      // (N, 2F) compute dtype: gate | up (shared unless kept)
   void* a = nullptr;       // (N, F) compute dtype: silu(gate) * up, from gu as stored (shared)
 };
 
@@ -92,7 +94,8 @@ struct Llama::Impl {
     codegen::GemmKernel gate_up, down, down_dinput_dswiglu;
   };
   std::unique_ptr<Codegen> cg;
-  bool keep_a = false;  // a kept per block (codegen's fused SwiGLU) instead of recomputed
+  bool keep_a = false;   // gu and a kept per block (codegen's fused SwiGLU) instead of recomputed
+  bool keep_gu = false;  // gu kept per block (ModelOptions::keep_gate_up, or keep_a)
   bool recompute = false;  // ModelOptions::recompute: the backward follows a fresh block_forward
 
   bool f32() const { return ct == DType::f32; }
@@ -142,8 +145,8 @@ struct Llama::Impl {
   void block_forward(const BlockActs& b, const std::byte* w, float* x_out, const ModelConfig& cfg,
                      const BlockOffsets& off);
   // Block l's backward: dx holds d loss / d x_out on entry and d loss / d x_in on exit; parameter
-  // gradients are ADDED into g (the unit's f32 gradient buffer). Recomputes x_mid, h1, h2 and a
-  // (BlockActs; x_mid not after a fresh block_forward).
+  // gradients are ADDED into g (the unit's f32 gradient buffer). Recomputes x_mid, h1, h2, gu and a
+  // (BlockActs; x_mid and gu not after a fresh block_forward).
   void block_backward(const BlockActs& b, const std::byte* w, float* g, const BlockOffsets& off, float eps);
 
  private:
