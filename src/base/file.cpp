@@ -40,11 +40,15 @@ int write_all(int fd, const void* data, std::size_t n) noexcept {
   return 0;
 }
 
-ssize_t read_full(int fd, void* buf, std::size_t n) noexcept {
-  char* p = static_cast<char*>(buf);
+namespace {
+
+// Calls io(offset_into_buf, remaining) until n bytes are done, end of file (0) or an error other than
+// EINTR; read_full and pread_full differ only in the call.
+template <typename Io>
+ssize_t transfer_full(char* p, std::size_t n, Io&& io) noexcept {
   std::size_t done = 0;
   while (done < n) {
-    const ssize_t r = ::read(fd, p + done, n - done);
+    const ssize_t r = io(p + done, n - done, done);
     if (r < 0) {
       if (errno == EINTR) continue;
       return -1;
@@ -55,19 +59,17 @@ ssize_t read_full(int fd, void* buf, std::size_t n) noexcept {
   return static_cast<ssize_t>(done);
 }
 
+}  // namespace
+
+ssize_t read_full(int fd, void* buf, std::size_t n) noexcept {
+  return transfer_full(static_cast<char*>(buf), n,
+                       [fd](char* p, std::size_t len, std::size_t) { return ::read(fd, p, len); });
+}
+
 ssize_t pread_full(int fd, void* buf, std::size_t n, std::uint64_t offset) noexcept {
-  char* p = static_cast<char*>(buf);
-  std::size_t done = 0;
-  while (done < n) {
-    const ssize_t r = ::pread(fd, p + done, n - done, static_cast<off_t>(offset + done));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
-    if (r == 0) break;
-    done += static_cast<std::size_t>(r);
-  }
-  return static_cast<ssize_t>(done);
+  return transfer_full(static_cast<char*>(buf), n, [fd, offset](char* p, std::size_t len, std::size_t done) {
+    return ::pread(fd, p, len, static_cast<off_t>(offset + done));
+  });
 }
 
 int read_all(int fd, std::string& out, std::size_t limit) noexcept {
