@@ -123,7 +123,6 @@ struct Unit {
 
   // Byte k of token i (an operator's first bytes decide most comparisons).
   char byte(int i, std::uint32_t k) const { return src->source[tok[i].begin + k]; }
-  std::uint32_t size(int i) const { return tok[i].end - tok[i].begin; }
   std::uint32_t line(int i) const { return src->line_of(tok[i].begin); }
   // Index of the bracket matching token i, or -1 when token i is not a bracket.
   int match(int i) const {
