@@ -8,12 +8,12 @@ import os
 import re
 import shutil
 import subprocess
-import textwrap
 import time
 
 import pytest
 
 from conftest import BUILD
+from netns_hosts import bridged_hosts, cut_link, redis_on_host0
 
 LMCORE = BUILD / "lmcore"
 PY = "/usr/bin/python3"
@@ -55,93 +55,48 @@ print("shrunk ok", small.rank, small.world_size, flush=True)
 """
 
 
-def sh(*args, check=True):
-    return subprocess.run(list(args), capture_output=True, text=True, check=check)
-
-
 @pytest.fixture
-def hosts(tmp_path):
-    tag = f"l{os.getpid() % 100000}"
-    hub = f"{tag}hub"
-    names = [f"{tag}h{i}" for i in range(3)]
-    created = []
-    try:
-        sh("ip", "netns", "add", hub)
-        created.append(hub)
-        sh("ip", "netns", "exec", hub, "ip", "link", "add", "br0", "type", "bridge")
-        sh("ip", "netns", "exec", hub, "ip", "link", "set", "br0", "up")
-        for i, ns in enumerate(names):
-            sh("ip", "netns", "add", ns)
-            created.append(ns)
-            a, b = f"{tag}v{i}a", f"{tag}v{i}b"
-            sh("ip", "link", "add", a, "type", "veth", "peer", "name", b)
-            sh("ip", "link", "set", a, "netns", ns)
-            sh("ip", "link", "set", b, "netns", hub)
-            sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"10.231.0.{i + 1}/24", "dev", a)
-            sh("ip", "netns", "exec", ns, "ip", "link", "set", a, "up")
-            sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-            sh("ip", "netns", "exec", hub, "ip", "link", "set", b, "master", "br0")
-            sh("ip", "netns", "exec", hub, "ip", "link", "set", b, "up")
-    except subprocess.CalledProcessError as e:
-        for ns in created:
-            sh("ip", "netns", "del", ns, check=False)
-        pytest.fail(f"cannot build the network namespaces (root and `ip` are required): {e.cmd}: {e.stderr}")
-    yield {"tag": tag, "hub": hub, "hosts": names}
-    for ns in created:
-        sh("ip", "netns", "del", ns, check=False)
+def hosts():
+    with bridged_hosts("l", "10.231.0") as h:
+        yield h
 
 
 def test_cut_link_of_one_host_survivors_error_in_bound_and_shrink(hosts, tmp_path):
     assert shutil.which("redis-server"), "redis-server is required"
     ns = hosts["hosts"]
-    port = 6300 + os.getpid() % 500
-    redis = subprocess.Popen(["ip", "netns", "exec", ns[0], "redis-server", "--bind", "10.231.0.1", "--port", str(port),
-                              "--save", "", "--appendonly", "no", "--loglevel", "warning",
-                              "--protected-mode", "no"])  # reachable only inside the test namespaces
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
     procs = []
-    try:
-        # Host 1 can reach Redis on host 0 through the bridge.
-        for _ in range(200):
-            if sh("ip", "netns", "exec", ns[1], "redis-cli", "-h", "10.231.0.1", "-p", str(port), "ping",
-                  check=False).stdout.strip() == "PONG":
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail("redis-server in host 0 is not reachable from host 1")
-        script = tmp_path / "worker.py"
-        script.write_text(WORKER)
-        logs = []
-        for i in range(3):
-            log = open(tmp_path / f"host{i}.log", "w+")
-            logs.append(log)
-            procs.append(subprocess.Popen(
-                ["ip", "netns", "exec", ns[i], str(LMCORE), "launch", "--nproc", "1", "--nnodes", "3", "--node-rank",
-                 str(i), "--store", f"redis://10.231.0.1:{port}", "--", PY, str(script)],
-                stdout=log, stderr=subprocess.STDOUT))
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            if all("looping" in open(tmp_path / f"host{i}.log").read() for i in range(3)):
-                break
-            time.sleep(0.1)
-        else:
-            pytest.fail("ranks did not start: " + " | ".join(open(tmp_path / f"host{i}.log").read() for i in range(3)))
-        time.sleep(0.5)
-        sh("ip", "netns", "exec", hosts["hub"], "ip", "link", "set", f"{hosts['tag']}v2b", "down")
-        for i in (0, 1):
-            procs[i].wait(timeout=60)
-        procs[2].wait(timeout=60)
-        out = [open(tmp_path / f"host{i}.log").read() for i in range(3)]
-        for i in (0, 1):
-            assert procs[i].returncode == 0, out[i]
-            m = re.search(r"detected after (\d+) ms kind=(\w+) op=all_reduce seq=\d+ missing=\[2\]", out[i])
-            assert m, out[i]
-            print(f"host {i}: failure of host 2 detected after {m.group(1)} ms ({m.group(2)}), timeout {TIMEOUT_S} s")
-            assert int(m.group(1)) < (TIMEOUT_S + 2) * 1000
-            assert f"shrunk ok {i} 2" in out[i], out[i]
-        assert "detected after" in out[2], out[2]  # the cut host errors too instead of hanging
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-        redis.terminate()
-        redis.wait()
+    with redis_on_host0(hosts, 6300 + os.getpid() % 500) as store:
+        try:
+            for i in range(3):
+                log = open(tmp_path / f"host{i}.log", "w+")
+                procs.append(subprocess.Popen(
+                    ["ip", "netns", "exec", ns[i], str(LMCORE), "launch", "--nproc", "1", "--nnodes", "3",
+                     "--node-rank", str(i), "--store", store, "--", PY, str(script)],
+                    stdout=log, stderr=subprocess.STDOUT))
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                if all("looping" in open(tmp_path / f"host{i}.log").read() for i in range(3)):
+                    break
+                time.sleep(0.1)
+            else:
+                pytest.fail("ranks did not start: " +
+                            " | ".join(open(tmp_path / f"host{i}.log").read() for i in range(3)))
+            time.sleep(0.5)
+            cut_link(hosts, 2)
+            for p in procs:
+                p.wait(timeout=60)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+    out = [open(tmp_path / f"host{i}.log").read() for i in range(3)]
+    for i in (0, 1):
+        assert procs[i].returncode == 0, out[i]
+        m = re.search(r"detected after (\d+) ms kind=(\w+) op=all_reduce seq=\d+ missing=\[2\]", out[i])
+        assert m, out[i]
+        print(f"host {i}: failure of host 2 detected after {m.group(1)} ms ({m.group(2)}), timeout {TIMEOUT_S} s")
+        assert int(m.group(1)) < (TIMEOUT_S + 2) * 1000
+        assert f"shrunk ok {i} 2" in out[i], out[i]
+    assert "detected after" in out[2], out[2]  # the cut host errors too instead of hanging

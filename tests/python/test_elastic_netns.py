@@ -15,6 +15,7 @@ import time
 import pytest
 
 from conftest import BUILD
+from netns_hosts import bridged_hosts, cut_link, redis_on_host0
 from test_elastic_launch import membership, train_args, write_data
 
 LMCORE = BUILD / "lmcore"
@@ -22,40 +23,10 @@ TIMEOUT_MS = 3000
 STEPS = 60
 
 
-def sh(*args, check=True):
-    return subprocess.run(list(args), capture_output=True, text=True, check=check)
-
-
 @pytest.fixture
 def hosts():
-    tag = f"e{os.getpid() % 100000}"
-    hub = f"{tag}hub"
-    names = [f"{tag}h{i}" for i in range(3)]
-    created = []
-    try:
-        sh("ip", "netns", "add", hub)
-        created.append(hub)
-        sh("ip", "netns", "exec", hub, "ip", "link", "add", "br0", "type", "bridge")
-        sh("ip", "netns", "exec", hub, "ip", "link", "set", "br0", "up")
-        for i, ns in enumerate(names):
-            sh("ip", "netns", "add", ns)
-            created.append(ns)
-            a, b = f"{tag}v{i}a", f"{tag}v{i}b"
-            sh("ip", "link", "add", a, "type", "veth", "peer", "name", b)
-            sh("ip", "link", "set", a, "netns", ns)
-            sh("ip", "link", "set", b, "netns", hub)
-            sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"10.232.0.{i + 1}/24", "dev", a)
-            sh("ip", "netns", "exec", ns, "ip", "link", "set", a, "up")
-            sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-            sh("ip", "netns", "exec", hub, "ip", "link", "set", b, "master", "br0")
-            sh("ip", "netns", "exec", hub, "ip", "link", "set", b, "up")
-    except subprocess.CalledProcessError as e:
-        for ns in created:
-            sh("ip", "netns", "del", ns, check=False)
-        pytest.fail(f"cannot build the network namespaces (root and `ip` are required): {e.cmd}: {e.stderr}")
-    yield {"tag": tag, "hub": hub, "hosts": names}
-    for ns in created:
-        sh("ip", "netns", "del", ns, check=False)
+    with bridged_hosts("e", "10.232.0") as h:
+        yield h
 
 
 def steps_logged(out):
@@ -79,48 +50,37 @@ def test_cut_link_mid_training_survivors_shrink_and_finish(hosts, tmp_path):
     write_data(tmp_path)
     out = tmp_path / "run"
     ns = hosts["hosts"]
-    port = 6800 + os.getpid() % 500
-    redis = subprocess.Popen(["ip", "netns", "exec", ns[0], "redis-server", "--bind", "10.232.0.1", "--port", str(port),
-                              "--save", "", "--appendonly", "no", "--loglevel", "warning", "--protected-mode", "no"])
-    procs, logs = [], []
-    try:
-        for _ in range(200):
-            if sh("ip", "netns", "exec", ns[1], "redis-cli", "-h", "10.232.0.1", "-p", str(port), "ping",
-                  check=False).stdout.strip() == "PONG":
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail("redis-server in host 0 is not reachable from host 1")
-        env = dict(os.environ, LMCORE_DIST_TIMEOUT_MS=str(TIMEOUT_MS))
-        args = train_args(tmp_path, out, STEPS)
-        args[args.index("--checkpoint-every") + 1] = "5"
-        args[args.index("--memory-checkpoint-every") + 1] = "5"
-        for i in range(3):
-            log = open(tmp_path / f"host{i}.log", "w+")
-            logs.append(log)
-            procs.append(subprocess.Popen(
-                ["ip", "netns", "exec", ns[i], str(LMCORE), "launch", "--nproc", "1", "--nnodes", "3", "--node-rank",
-                 str(i), "--store", f"redis://10.232.0.1:{port}", "--keep-going", "--", *args],
-                stdout=log, stderr=subprocess.STDOUT, env=env))
-        deadline = time.time() + 120
-        while steps_logged(out) < 12:
-            assert time.time() < deadline, "training did not start: " + " | ".join(
-                open(tmp_path / f"host{i}.log").read()[-800:] for i in range(3))
-            assert all(p.poll() is None for p in procs), [open(tmp_path / f"host{i}.log").read()[-800:] for i in range(3)]
-            time.sleep(0.05)
-        sh("ip", "netns", "exec", hosts["hub"], "ip", "link", "set", f"{hosts['tag']}v2b", "down")
-        for p in procs:
-            p.wait(timeout=300)
-        text = [open(tmp_path / f"host{i}.log").read() for i in range(3)]
-        assert procs[0].returncode == 0 and procs[1].returncode == 0, text[0][-3000:] + text[1][-3000:]
-        assert procs[2].returncode != 0, text[2][-3000:]  # the cut host stops instead of hanging
-        assert "lmcore train: error:" in text[2], text[2][-3000:]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-        redis.terminate()
-        redis.wait()
+    env = dict(os.environ, LMCORE_DIST_TIMEOUT_MS=str(TIMEOUT_MS))
+    args = train_args(tmp_path, out, STEPS)
+    args[args.index("--checkpoint-every") + 1] = "5"
+    args[args.index("--memory-checkpoint-every") + 1] = "5"
+    procs = []
+    with redis_on_host0(hosts, 6800 + os.getpid() % 500) as store:
+        try:
+            for i in range(3):
+                log = open(tmp_path / f"host{i}.log", "w+")
+                procs.append(subprocess.Popen(
+                    ["ip", "netns", "exec", ns[i], str(LMCORE), "launch", "--nproc", "1", "--nnodes", "3",
+                     "--node-rank", str(i), "--store", store, "--keep-going", "--", *args],
+                    stdout=log, stderr=subprocess.STDOUT, env=env))
+            deadline = time.time() + 120
+            while steps_logged(out) < 12:
+                assert time.time() < deadline, "training did not start: " + " | ".join(
+                    open(tmp_path / f"host{i}.log").read()[-800:] for i in range(3))
+                assert all(p.poll() is None for p in procs), \
+                    [open(tmp_path / f"host{i}.log").read()[-800:] for i in range(3)]
+                time.sleep(0.05)
+            cut_link(hosts, 2)
+            for p in procs:
+                p.wait(timeout=300)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+    text = [open(tmp_path / f"host{i}.log").read() for i in range(3)]
+    assert procs[0].returncode == 0 and procs[1].returncode == 0, text[0][-3000:] + text[1][-3000:]
+    assert procs[2].returncode != 0, text[2][-3000:]  # the cut host stops instead of hanging
+    assert "lmcore train: error:" in text[2], text[2][-3000:]
     ev = membership(out)
     assert len(ev) == 1, ev
     e = ev[0]
