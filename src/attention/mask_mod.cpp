@@ -287,9 +287,37 @@ std::vector<std::uint8_t>& scratch(int depth) {
 }
 thread_local int t_fill_depth = 0;
 
-class AndNode final : public MaskNode {
+// What the & and | of two masks share: both operands, and a tile fill that fills b into scratch and
+// combines it into a's tile element by element.
+class PairNode : public MaskNode {
  public:
-  AndNode(std::shared_ptr<const MaskNode> a, std::shared_ptr<const MaskNode> b) : a_(std::move(a)), b_(std::move(b)) {}
+  PairNode(std::shared_ptr<const MaskNode> a, std::shared_ptr<const MaskNode> b) : a_(std::move(a)), b_(std::move(b)) {}
+  bool independent_of_batch_and_head() const override {
+    return a_->independent_of_batch_and_head() && b_->independent_of_batch_and_head();
+  }
+  bool has_callable() const override { return a_->has_callable() || b_->has_callable(); }
+
+ protected:
+  template <typename Combine>
+  void fill_pair(std::int64_t b, std::int64_t h, std::int64_t q0, std::int64_t nq, std::int64_t k0, std::int64_t nk,
+                 std::uint8_t* out, std::int64_t ld, Combine combine) const {
+    a_->fill(b, h, q0, nq, k0, nk, out, ld);
+    auto& tmp = scratch(t_fill_depth);
+    tmp.resize(static_cast<std::size_t>(nq * nk));
+    ++t_fill_depth;
+    b_->fill(b, h, q0, nq, k0, nk, tmp.data(), nk);
+    --t_fill_depth;
+    for (std::int64_t i = 0; i < nq; ++i)
+      for (std::int64_t j = 0; j < nk; ++j)
+        out[i * ld + j] = combine(out[i * ld + j], tmp[static_cast<std::size_t>(i * nk + j)]);
+  }
+
+  std::shared_ptr<const MaskNode> a_, b_;
+};
+
+class AndNode final : public PairNode {
+ public:
+  using PairNode::PairNode;
   bool allowed(std::int64_t b, std::int64_t h, std::int64_t q, std::int64_t kv) const override {
     return a_->allowed(b, h, q, kv) && b_->allowed(b, h, q, kv);
   }
@@ -309,28 +337,14 @@ class AndNode final : public MaskNode {
   }
   void fill(std::int64_t b, std::int64_t h, std::int64_t q0, std::int64_t nq, std::int64_t k0, std::int64_t nk,
             std::uint8_t* out, std::int64_t ld) const override {
-    a_->fill(b, h, q0, nq, k0, nk, out, ld);
-    auto& tmp = scratch(t_fill_depth);
-    tmp.resize(static_cast<std::size_t>(nq * nk));
-    ++t_fill_depth;
-    b_->fill(b, h, q0, nq, k0, nk, tmp.data(), nk);
-    --t_fill_depth;
-    for (std::int64_t i = 0; i < nq; ++i)
-      for (std::int64_t j = 0; j < nk; ++j) out[i * ld + j] &= tmp[static_cast<std::size_t>(i * nk + j)];
+    fill_pair(b, h, q0, nq, k0, nk, out, ld, [](std::uint8_t x, std::uint8_t y) { return std::uint8_t(x & y); });
   }
-  bool independent_of_batch_and_head() const override {
-    return a_->independent_of_batch_and_head() && b_->independent_of_batch_and_head();
-  }
-  bool has_callable() const override { return a_->has_callable() || b_->has_callable(); }
   std::string describe() const override { return fmt::format("({} & {})", a_->describe(), b_->describe()); }
-
- private:
-  std::shared_ptr<const MaskNode> a_, b_;
 };
 
-class OrNode final : public MaskNode {
+class OrNode final : public PairNode {
  public:
-  OrNode(std::shared_ptr<const MaskNode> a, std::shared_ptr<const MaskNode> b) : a_(std::move(a)), b_(std::move(b)) {}
+  using PairNode::PairNode;
   bool allowed(std::int64_t b, std::int64_t h, std::int64_t q, std::int64_t kv) const override {
     return a_->allowed(b, h, q, kv) || b_->allowed(b, h, q, kv);
   }
@@ -351,23 +365,9 @@ class OrNode final : public MaskNode {
   }
   void fill(std::int64_t b, std::int64_t h, std::int64_t q0, std::int64_t nq, std::int64_t k0, std::int64_t nk,
             std::uint8_t* out, std::int64_t ld) const override {
-    a_->fill(b, h, q0, nq, k0, nk, out, ld);
-    auto& tmp = scratch(t_fill_depth);
-    tmp.resize(static_cast<std::size_t>(nq * nk));
-    ++t_fill_depth;
-    b_->fill(b, h, q0, nq, k0, nk, tmp.data(), nk);
-    --t_fill_depth;
-    for (std::int64_t i = 0; i < nq; ++i)
-      for (std::int64_t j = 0; j < nk; ++j) out[i * ld + j] |= tmp[static_cast<std::size_t>(i * nk + j)];
+    fill_pair(b, h, q0, nq, k0, nk, out, ld, [](std::uint8_t x, std::uint8_t y) { return std::uint8_t(x | y); });
   }
-  bool independent_of_batch_and_head() const override {
-    return a_->independent_of_batch_and_head() && b_->independent_of_batch_and_head();
-  }
-  bool has_callable() const override { return a_->has_callable() || b_->has_callable(); }
   std::string describe() const override { return fmt::format("({} | {})", a_->describe(), b_->describe()); }
-
- private:
-  std::shared_ptr<const MaskNode> a_, b_;
 };
 
 class NotNode final : public MaskNode {
