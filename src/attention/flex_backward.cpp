@@ -24,28 +24,6 @@
 
 namespace lmcore::attention::detail {
 
-namespace {
-
-struct BlockRef {
-  std::int32_t index;
-  bool full;
-};
-
-void merged_rows(const BlockRuns& partial, const BlockRuns& full, std::int64_t row, std::vector<BlockRef>& out) {
-  out.clear();
-  auto add = [&](const BlockRuns& runs, bool is_full) {
-    for (std::int64_t i = runs.offsets[static_cast<std::size_t>(row)]; i < runs.offsets[static_cast<std::size_t>(row) + 1]; ++i) {
-      const BlockRun r = runs.runs[static_cast<std::size_t>(i)];
-      for (std::int32_t j = 0; j < r.length; ++j) out.push_back({r.start + j, is_full});
-    }
-  };
-  add(partial, false);
-  add(full, true);
-  std::sort(out.begin(), out.end(), [](const BlockRef& a, const BlockRef& b) { return a.index < b.index; });
-}
-
-}  // namespace
-
 template <typename T>
 void flex_backward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod& score_mod, const T* q, const T* k,
                    const T* v, const T* out, const T* d_out, const Acc<T>* lse, Acc<T>* dq, Acc<T>* dk, Acc<T>* dv,
@@ -137,7 +115,7 @@ void flex_backward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod
         std::fill_n(dk_acc.begin(), nk * D, A(0));
         std::fill_n(dv_acc.begin(), nk * Dv, A(0));
         for (std::int64_t h = hkv * group; h < (hkv + 1) * group; ++h) {
-          merged_rows(bm.partial_t, bm.full_t, mask_row_t(b, h, ki), blocks);
+          merged_blocks(bm.partial_t, bm.full_t, mask_row_t(b, h, ki), blocks);
           const std::int64_t bhq = b * Hq + h;
           for (const BlockRef& blk : blocks) {
             const std::int64_t q0 = blk.index * qb, nq = std::min(qb, L - q0);

@@ -25,28 +25,6 @@ namespace {
 // 224 -> 187 ms; the tiles, 1.75 MB per thread, stay within L2).
 constexpr std::int64_t kSpanColumns = 512, kLowpSpanColumns = 2048;
 
-// One entry of a row's merged block list.
-struct BlockRef {
-  std::int32_t index;
-  bool full;
-};
-
-// The partial and full runs of one row, merged into increasing block order.
-void merged_blocks(const BlockMask& m, const BlockRuns& partial, const BlockRuns& full, std::int64_t row,
-                   std::vector<BlockRef>& out) {
-  out.clear();
-  auto add = [&](const BlockRuns& runs, bool is_full) {
-    for (std::int64_t i = runs.offsets[static_cast<std::size_t>(row)]; i < runs.offsets[static_cast<std::size_t>(row) + 1]; ++i) {
-      const BlockRun r = runs.runs[static_cast<std::size_t>(i)];
-      for (std::int32_t j = 0; j < r.length; ++j) out.push_back({r.start + j, is_full});
-    }
-  };
-  add(partial, false);
-  add(full, true);
-  std::sort(out.begin(), out.end(), [](const BlockRef& a, const BlockRef& b) { return a.index < b.index; });
-  (void)m;
-}
-
 }  // namespace
 
 template <typename T>
@@ -103,7 +81,7 @@ void flex_forward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod&
       const T* Q = q + (bh * L + q0) * D;
       const T* K = k + (b * sh.kv_heads + hkv) * S * D;
       const T* V = v + (b * sh.kv_heads + hkv) * S * Dv;
-      merged_blocks(bm, bm.partial, bm.full, mask_row(b, h, qi), blocks);
+      merged_blocks(bm.partial, bm.full, mask_row(b, h, qi), blocks);
       std::fill_n(m.begin(), nq, ninf);
       std::fill_n(l.begin(), nq, A(0));
       std::fill_n(acc.begin(), nq * Dv, A(0));

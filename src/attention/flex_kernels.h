@@ -17,6 +17,7 @@
 // The compute type Acc<T> (of scores, out, lse, dq, dk, dv) is double for double and float otherwise.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
@@ -33,6 +34,29 @@ struct AttentionShape {
   std::int64_t batch, q_heads, kv_heads, q_len, kv_len, head_dim, value_dim;
   double scale;  // the f32 kernels use it rounded to f32
 };
+
+// One entry of a mask row's merged block list: a kv (forward) or q (backward) block and whether the mask
+// is known to be all true on it.
+struct BlockRef {
+  std::int32_t index;
+  bool full;
+};
+
+// The partial and full runs of one row, merged into increasing block order (the order the kernels visit).
+inline void merged_blocks(const BlockRuns& partial, const BlockRuns& full, std::int64_t row,
+                          std::vector<BlockRef>& out) {
+  out.clear();
+  auto add = [&](const BlockRuns& runs, bool is_full) {
+    for (std::int64_t i = runs.offsets[static_cast<std::size_t>(row)]; i < runs.offsets[static_cast<std::size_t>(row) + 1];
+         ++i) {
+      const BlockRun r = runs.runs[static_cast<std::size_t>(i)];
+      for (std::int32_t j = 0; j < r.length; ++j) out.push_back({r.start + j, is_full});
+    }
+  };
+  add(partial, false);
+  add(full, true);
+  std::sort(out.begin(), out.end(), [](const BlockRef& a, const BlockRef& b) { return a.index < b.index; });
+}
 
 template <typename T>
 using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
