@@ -11,55 +11,40 @@
 
 namespace lmcore::text::detail {
 
+// What a lead byte allows (table 3-7): the sequence length (0: not a lead byte) and the range of the
+// second byte, which is narrower after E0, ED, F0 and F4.
+struct Utf8Lead {
+  int len;
+  unsigned lo, hi;
+};
+
+inline Utf8Lead utf8_lead(unsigned c) {
+  if (c >= 0xC2 && c <= 0xDF) return {2, 0x80, 0xBF};
+  if (c >= 0xE0 && c <= 0xEF) return {3, c == 0xE0 ? 0xA0u : 0x80u, c == 0xED ? 0x9Fu : 0xBFu};
+  if (c >= 0xF0 && c <= 0xF4) return {4, c == 0xF0 ? 0x90u : 0x80u, c == 0xF4 ? 0x8Fu : 0xBFu};
+  return {0, 0, 0};
+}
+
 // Length of the well-formed sequence starting at p[0] (1-4), or 0 when none starts there. `n` >= 1
 // bytes are readable.
 inline int utf8_sequence_length(const unsigned char* p, std::size_t n) {
-  const unsigned c = p[0];
-  if (c < 0x80) return 1;
-  int len;
-  unsigned lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-  if (c >= 0xC2 && c <= 0xDF) {
-    len = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    len = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    len = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (n < static_cast<std::size_t>(len) || p[1] < lo || p[1] > hi) return 0;
-  for (int k = 2; k < len; ++k)
+  if (p[0] < 0x80) return 1;
+  const Utf8Lead lead = utf8_lead(p[0]);
+  if (lead.len == 0 || n < static_cast<std::size_t>(lead.len) || p[1] < lead.lo || p[1] > lead.hi) return 0;
+  for (int k = 2; k < lead.len; ++k)
     if ((p[k] & 0xC0) != 0x80) return 0;
-  return len;
+  return lead.len;
 }
 
 // Length of the maximal subpart of an ill-formed sequence at p[0] (where utf8_sequence_length is 0):
 // the lead byte and the continuation bytes that could still have completed it.
 inline int utf8_invalid_length(const unsigned char* p, std::size_t n) {
-  const unsigned c = p[0];
-  int len;
-  unsigned lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) {
-    len = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    len = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    len = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    return 1;
-  }
+  const Utf8Lead lead = utf8_lead(p[0]);
+  if (lead.len == 0) return 1;
   int k = 1;
-  if (static_cast<std::size_t>(k) < n && p[k] >= lo && p[k] <= hi) {
+  if (static_cast<std::size_t>(k) < n && p[k] >= lead.lo && p[k] <= lead.hi) {
     ++k;
-    while (k < len && static_cast<std::size_t>(k) < n && (p[k] & 0xC0) == 0x80) ++k;
+    while (k < lead.len && static_cast<std::size_t>(k) < n && (p[k] & 0xC0) == 0x80) ++k;
   }
   return k;
 }

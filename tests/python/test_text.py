@@ -348,6 +348,14 @@ def test_round_trip_and_replacement(corpus, trained):
     tok, _ = trained["gpt2"]
     rng = random.Random(3)
     samples = [d for _, d in corpus] + [bytes(rng.randrange(256) for _ in range(rng.randrange(0, 3000))) for _ in range(200)]
+    # The edges of Unicode's table 3-7 (leads whose second byte has a narrower range, overlong and surrogate
+    # forms, code points past U+10FFFF), each followed by 0-2 continuation bytes and cut at every length.
+    edge_bytes = [0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0]
+    for lead in (0xC0, 0xC1, 0xC2, 0xDF, 0xE0, 0xE1, 0xEC, 0xED, 0xEE, 0xEF, 0xF0, 0xF1, 0xF3, 0xF4, 0xF5, 0xFF):
+        for second in edge_bytes:
+            for rest in (b"", b"\x80", b"\xbf\x80", b"\x41"):
+                seq = bytes([lead, second]) + rest
+                samples += [seq[:k] + b"a" + seq for k in range(1, len(seq) + 1)]
     for data in samples:
         ids = tok.encode(data)
         assert tok.decode_bytes(ids) == data
