@@ -7,6 +7,7 @@
 #include <sys/un.h>
 
 #include <cstring>
+#include <stdexcept>
 
 #include "lmcore/base/file.h"
 #include "tests/base/base_test_util.h"
@@ -134,31 +135,47 @@ TEST(AtomicFile, MissingDirectoryIsNamed) {
             "save: cannot create a temporary file next to '" + dest + "': No such file or directory");
 }
 
+// A child process that opens an AtomicFile for `dest`, writes `bytes` to it and waits to be signalled;
+// returns once the temporary exists.
+struct StalledWriter {
+  pid_t pid = -1;
+  int ready[2] = {-1, -1};
+
+  StalledWriter(const std::string& dest, std::size_t bytes) {
+    if (::pipe(ready) != 0) throw std::runtime_error("pipe failed");
+    pid = ::fork();
+    if (pid == 0) {
+      // The child leaves SIGTERM and SIGINT at their default action, as a CLI process does.
+      AtomicFile f(dest);
+      f.write(std::string(bytes, 'q'));
+      (void)write_all(ready[1], "r");
+      ::pause();
+      ::_exit(3);
+    }
+    char c;
+    if (read_full(ready[0], &c, 1) != 1) throw std::runtime_error("the writer did not start");
+  }
+  // The wait status after `sig`.
+  int kill_and_wait(int sig) const {
+    ::kill(pid, sig);
+    int status = 0;
+    if (::waitpid(pid, &status, 0) != pid) throw std::runtime_error("waitpid failed");
+    return status;
+  }
+  ~StalledWriter() {
+    ::close(ready[0]);
+    ::close(ready[1]);
+  }
+};
+
 // Defect 5 of issue 13: a writer killed by SIGTERM or SIGINT left "OUT.tmp.XXXXXX" behind.
 void expect_signal_removes_temporary(int sig) {
   TempDir dir;
-  const std::string dest = dir.file("out.bin");
-  int ready[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    // The test process leaves SIGTERM and SIGINT at their default action, as a CLI process does.
-    AtomicFile f(dest);
-    f.write(std::string(8 << 20, 'q'));
-    (void)write_all(ready[1], "r");
-    ::pause();
-    ::_exit(3);
-  }
-  char c;
-  ASSERT_EQ(read_full(ready[0], &c, 1), 1);
+  StalledWriter writer(dir.file("out.bin"), 8 << 20);
   ASSERT_EQ(dir.names().size(), 1u);  // the temporary
-  ::kill(pid, sig);
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  const int status = writer.kill_and_wait(sig);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == sig) << "status " << status;
   EXPECT_TRUE(dir.names().empty()) << dir.names()[0];
-  ::close(ready[0]);
-  ::close(ready[1]);
 }
 
 TEST(AtomicFile, SigtermRemovesTheTemporaryAndStillKills) { expect_signal_removes_temporary(SIGTERM); }
@@ -168,26 +185,11 @@ TEST(AtomicFile, SigintRemovesTheTemporaryAndStillKills) { expect_signal_removes
 TEST(AtomicFile, NextWriteSweepsTheTemporaryOfAKilledWriter) {
   TempDir dir;
   const std::string dest = dir.file("out.bin");
-  int ready[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    AtomicFile f(dest);
-    f.write(std::string(3 << 20, 'k'));
-    (void)write_all(ready[1], "r");
-    ::pause();
-    ::_exit(3);
-  }
-  char c;
-  ASSERT_EQ(read_full(ready[0], &c, 1), 1);
-  ::kill(pid, SIGKILL);
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  ::close(ready[0]);
-  ::close(ready[1]);
+  StalledWriter writer(dest, 3 << 20);
+  writer.kill_and_wait(SIGKILL);
   const std::vector<std::string> left = dir.names();
   ASSERT_EQ(left.size(), 1u);
-  EXPECT_EQ(left[0].rfind("out.bin.tmp." + std::to_string(pid) + ".", 0), 0u) << left[0];
+  EXPECT_EQ(left[0].rfind("out.bin.tmp." + std::to_string(writer.pid) + ".", 0), 0u) << left[0];
 
   // Files that only look alike, or belong to another destination, stay.
   spit(dir.file("out.bin.tmp.notes"), "mine");
