@@ -47,6 +47,12 @@ int run_train(int argc, char** argv) {
                  "on: RMSNorm and the MLP through generated kernels (lmcore codegen; f32; compiled or cached at start)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  std::string keep_gate_up = "auto";
+  app.add_option("--keep-gate-up", keep_gate_up,
+                 "keep each block's gate|up product for the backward (on) or recompute it there (off, less memory); "
+                 "auto: kept below ~67M parameters")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   app.add_option("--checkpoint-every", o.checkpoint_every, "steps between checkpoints (0: only at the end)")
       ->capture_default_str();
   app.add_option("--keep-checkpoints", o.keep_checkpoints, "newest checkpoints kept")->capture_default_str();
@@ -89,6 +95,7 @@ int run_train(int argc, char** argv) {
   try {
     o.dtype = dtype_from_name(param_dtype.empty() ? dtype : param_dtype);
     o.codegen = codegen == "on";
+    if (keep_gate_up != "auto") o.keep_gate_up = keep_gate_up == "on";
     o.schedule = train::schedule_from_name(schedule);
     o.reduce_dtype = dtype_from_name(reduce_dtype);
     if (reshard == "true") o.reshard_after_forward = -1;

@@ -38,6 +38,7 @@ const std::vector<BenchSuite>& all_suites() {
        {{"--models=NAME[,NAME...]", "models: default, gpt2 (default both; --quick default)"},
         {"--dtypes=DTYPE[,DTYPE...]", "f32, bf16 (default both)"},
         {"--steps=N", "timed optimizer steps per row (default 3; --quick 2)"},
+        {"--keep-gate-up=auto|on|off", "ModelOptions::keep_gate_up (default auto: kept below ~67M parameters)"},
         {"--train-child=SPEC", ""}}},
       {"fsdp", "sharded training: step time and exposed communication, 2 and 4 ranks, prefetch and a separate "
                "reduce-scatter group, loopback and shaped links (--quick: loopback, 2 ranks)",

@@ -6,7 +6,8 @@
 //
 // Models: the built-in default (6 layers, dim 384, byte vocabulary, B 8 x T 256) and a GPT-2-small-sized
 // one (12 layers, dim 768, 12 heads, ffn 2048, vocab 32000, B 1 x T 1024). --quick: the default model
-// only, fewer steps. --models=default,gpt2 and --dtypes=f32,bf16 pick a subset; --steps=N.
+// only, fewer steps. --models=default,gpt2 and --dtypes=f32,bf16 pick a subset; --steps=N;
+// --keep-gate-up=auto|on|off sets ModelOptions::keep_gate_up (auto: the model's size rule).
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -66,15 +68,22 @@ struct Measured {
 };
 
 constexpr const char* kChildFlag = "--train-child=";
+
+// --keep-gate-up=auto|on|off as ModelOptions::keep_gate_up.
+std::optional<bool> keep_gate_up_from(const std::string& s) {
+  if (s == "auto") return std::nullopt;
+  if (s == "on" || s == "off") return s == "on";
+  fail("bench train: --keep-gate-up must be auto, on or off, found '{}'", s);
+}
 constexpr const char* kResultTag = "lmcore-train-child: ";
 
-// One measurement, in the process `lmcore bench train --train-child=MODEL,DTYPE,STEPS`: `steps` timed
+// One measurement, in the process `lmcore bench train --train-child=MODEL,DTYPE,STEPS,KEEP`: `steps` timed
 // optimizer steps after one warm-up. Returns "tokens/s step_s first_loss" (or "error ..."); run_lmcore
 // takes the peak RSS from the process's end.
-std::string measure_lmcore(const TrainCase& c, DType dtype, int steps) {
+std::string measure_lmcore(const TrainCase& c, DType dtype, int steps, std::optional<bool> keep_gate_up) {
   std::string out;
   try {
-    model::Llama m(c.config, {.batch = c.batch, .seq_len = c.seq, .compute = dtype});
+    model::Llama m(c.config, {.batch = c.batch, .seq_len = c.seq, .compute = dtype, .keep_gate_up = keep_gate_up});
     m.init_weights(1);
     train::AdamW opt(m.layout(), {});
     std::vector<std::int32_t> x(static_cast<std::size_t>(c.batch * c.seq)), y(x.size());
@@ -110,8 +119,9 @@ std::string measure_lmcore(const TrainCase& c, DType dtype, int steps) {
 // Runs measure_lmcore in a fresh process (run_bench_in_fresh_process): a forked child without exec
 // shares the parent's resident pages, which its peak RSS then counts (the GPT-2-sized rows read ~800 MiB
 // more than the training itself held), and would inherit a pool without its threads.
-Measured run_lmcore(const TrainCase& c, const std::string& dtype, int steps) {
-  const FreshRun run = run_bench_in_fresh_process("train", fmt::format("{}{},{},{}", kChildFlag, c.name, dtype, steps));
+Measured run_lmcore(const TrainCase& c, const std::string& dtype, int steps, const std::string& keep_gate_up) {
+  const FreshRun run =
+      run_bench_in_fresh_process("train", fmt::format("{}{},{},{},{}", kChildFlag, c.name, dtype, steps, keep_gate_up));
   Measured r;
   const std::size_t at = run.output.find(kResultTag);
   if (at == std::string::npos || !WIFEXITED(run.status) || WEXITSTATUS(run.status) != 0) {
@@ -177,10 +187,11 @@ std::vector<BenchTable> run_train_suite(const BenchOptions& options) {
   for (const std::string& a : options.args)
     if (a.rfind(kChildFlag, 0) == 0) {  // the worker process of run_lmcore
       const std::vector<std::string> spec = split(a.substr(std::string(kChildFlag).size()));
-      LMCORE_CHECK(spec.size() == 3, "bench train: {} wants MODEL,DTYPE,STEPS, got '{}'", kChildFlag, a);
+      LMCORE_CHECK(spec.size() == 4, "bench train: {} wants MODEL,DTYPE,STEPS,KEEP, got '{}'", kChildFlag, a);
       for (const TrainCase& c : cases())
         if (c.name == spec[0]) {
-          std::printf("%s%s\n", kResultTag, measure_lmcore(c, dtype_from_name(spec[1]), std::stoi(spec[2])).c_str());
+          std::printf("%s%s\n", kResultTag,
+                      measure_lmcore(c, dtype_from_name(spec[1]), std::stoi(spec[2]), keep_gate_up_from(spec[3])).c_str());
           std::fflush(stdout);
           return {};
         }
@@ -190,12 +201,16 @@ std::vector<BenchTable> run_train_suite(const BenchOptions& options) {
                                                   : std::vector<std::string>{"default", "gpt2"};
   std::vector<std::string> dtypes = {"f32", "bf16"};
   int steps = options.quick ? 2 : 3;
+  std::string keep_gate_up = "auto";
   for (const std::string& a : options.args) {
     if (a.rfind("--models=", 0) == 0) models = split(a.substr(9));
     else if (a.rfind("--dtypes=", 0) == 0) dtypes = split(a.substr(9));
     else if (a.rfind("--steps=", 0) == 0) steps = std::max(1, std::stoi(a.substr(8)));
-    else fail("bench train: unknown argument '{}' (expected --models=default,gpt2 --dtypes=f32,bf16 --steps=N)", a);
+    else if (a.rfind("--keep-gate-up=", 0) == 0) keep_gate_up = a.substr(15);
+    else fail("bench train: unknown argument '{}' (expected --models=default,gpt2 --dtypes=f32,bf16 --steps=N "
+              "--keep-gate-up=auto|on|off)", a);
   }
+  const std::optional<bool> keep = keep_gate_up_from(keep_gate_up);
   const std::string tmp = (std::filesystem::temp_directory_path() / fmt::format("lmcore_bench_train_{}", ::getpid())).string();
   std::filesystem::create_directories(tmp);
   BenchTable t;
@@ -219,8 +234,12 @@ std::vector<BenchTable> run_train_suite(const BenchOptions& options) {
     const double flops = probe.flops_per_step();
     for (const std::string& d : dtypes) {
       const DType dt = dtype_from_name(d);
-      measured.push_back({&c, d, flops, run_lmcore(c, d, steps), run_torch(c, dt, steps, cfg_path)});
+      measured.push_back({&c, d, flops, run_lmcore(c, d, steps, keep_gate_up), run_torch(c, dt, steps, cfg_path)});
     }
+    t.notes.push_back(fmt::format("{}: each block's gate|up product {} (--keep-gate-up={})", c.name,
+                                  keep.value_or(model::keep_gate_up_rule(c.config)) ? "kept for the backward"
+                                                                                    : "recomputed in the backward",
+                                  keep_gate_up));
   }
   std::map<std::string, double> peak;
   for (const std::string& d : dtypes) peak[d] = model::gemm_peak_gflops(dtype_from_name(d), 1024, 3.0);

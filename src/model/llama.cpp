@@ -85,7 +85,7 @@ Llama::Llama(const ModelConfig& config, const ModelOptions& options)
   auto ctbuf = [&](void** p, std::int64_t n) { plan.push_back({p, static_cast<std::size_t>(n) * m.cs}); };
   m.blocks.resize(static_cast<std::size_t>(m.L));
   m.keep_a = m.cg != nullptr;
-  m.keep_gu = m.keep_a || options_.keep_gate_up;
+  m.keep_gu = m.keep_a || options_.keep_gate_up.value_or(keep_gate_up_rule(config_));
   m.recompute = options_.recompute;
   BlockActs shared;  // x_mid, h1 = h2, gu, a (recomputed in the backward); with recompute, all but x_in
   f32buf(&shared.x_mid, N * C);
@@ -156,6 +156,8 @@ Llama::Llama(const ModelConfig& config, const ModelOptions& options)
   }
   m.targets64 = Tensor::empty({N}, DType::i64);
 }
+
+bool keep_gate_up_rule(const ModelConfig& config) { return config.num_parameters() < kRecomputeGateUpParams; }
 
 LocalAccess::LocalAccess(const ParameterLayout& layout, const Tensor& params, const Tensor& grads, DType compute)
     : layout_(layout), params_(params), grads_(grads), compute_(compute) {
@@ -260,6 +262,8 @@ UnitAccess& Llama::access() {
                "Llama: the model does not own its parameters and no UnitAccess is installed (set_unit_access)");
   return *impl_->access;
 }
+
+bool Llama::keeps_gate_up() const { return impl_->keep_gu; }
 
 std::size_t Llama::activation_bytes() const { return impl_->arena_bytes; }
 

@@ -39,7 +39,7 @@ class LocalAccess final : public UnitAccess {
 // x_mid, h1, h2, gu and a are recomputed in the backward and point at one shared buffer each, so they
 // cost one block's worth instead of L: x_mid = x_in + y @ Wo^T (the o_proj product again: ~8% of a
 // block's forward products), the norms from x_in / x_mid and the saved rstd, gu = h2 @ Wgu^T (the
-// gate|up product again, ~45%: only without ModelOptions::keep_gate_up, the default), a = SwiGLU of
+// gate|up product again, ~45%: only without ModelOptions::keep_gate_up, see keep_gate_up_rule), a = SwiGLU of
 // gu as stored. With codegen, gu and a stay per block (its fused SwiGLU is not the plain one).
 // The recomputed values are the forward's bits: the same kernels on the same inputs. With recompute
 // every block but x_in points at the shared scratch.

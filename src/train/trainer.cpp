@@ -193,7 +193,7 @@ TrainResult run_training(const TrainOptions& opts) {
   }
   // ---- the engine: the whole model here, or this rank's shards ----
   const model::ModelOptions mo{.batch = o.batch_size, .seq_len = o.seq_len, .compute = o.dtype, .recompute = o.recompute,
-                               .codegen = o.codegen};
+                               .codegen = o.codegen, .keep_gate_up = o.keep_gate_up};
   const AdamWOptions ao{.beta1 = o.beta1, .beta2 = o.beta2, .eps = o.adam_eps, .weight_decay = o.weight_decay};
   std::unique_ptr<dist::ProcessGroup> pg;
   std::unique_ptr<detail::Engine> engine;
@@ -480,7 +480,9 @@ TrainResult run_training(const TrainOptions& opts) {
                      {"optimizer", fmt::format("AdamW lr {} ({}, warmup {}), betas ({}, {}), weight decay {}, clip {}",
                                                o.lr, schedule_name(o.schedule), o.warmup, o.beta1, o.beta2,
                                                o.weight_decay, o.grad_clip)},
-                     {"precision", std::string(dtype_name(o.dtype)) + (o.recompute ? ", recompute" : "")},
+                     {"precision", std::string(dtype_name(o.dtype)) + (o.recompute ? ", recompute" : "") +
+                                       (o.keep_gate_up.value_or(model::keep_gate_up_rule(cfg)) ? ", gate|up kept"
+                                                                                                : ", gate|up recomputed")},
                      {"steps", fmt::format("{} of {}", step, o.max_steps)},
                      {"final loss", fmt::format("train {:.4f}, validation {:.4f}", last_loss, result.final_val_loss)},
                      {"throughput", fmt::format("{:.0f} tokens/s, MFU {:.1f}% of {:.0f} GFLOPS (measured {} GEMM)",

@@ -239,5 +239,50 @@ TEST(Llama, RecomputedActivationsGiveTheKeptBits) {
   }
 }
 
+// ModelOptions::keep_gate_up unset follows keep_gate_up_rule: kept below kRecomputeGateUpParams
+// parameters (the default model), recomputed from there on (the GPT-2-sized one); set, it wins.
+TEST(Llama, KeepGateUpRuleBySize) {
+  ModelConfig gpt2;
+  gpt2.vocab_size = 32000;
+  gpt2.dim = 768;
+  gpt2.n_layers = 12;
+  gpt2.n_heads = 12;
+  gpt2.n_kv_heads = 12;
+  gpt2.ffn_dim = 2048;
+  gpt2.max_seq_len = 1024;
+  gpt2.tie_embeddings = true;
+  EXPECT_FALSE(keep_gate_up_rule(gpt2)) << gpt2.num_parameters();
+  ModelConfig dflt = gpt2;
+  dflt.vocab_size = 4096;
+  dflt.dim = 384;
+  dflt.n_layers = 6;
+  dflt.n_heads = 6;
+  dflt.n_kv_heads = 2;
+  dflt.ffn_dim = 1024;
+  EXPECT_TRUE(keep_gate_up_rule(dflt)) << dflt.num_parameters();
+  // The threshold itself: vocabulary rows of dim 768 move the count across it.
+  ModelConfig edge = gpt2;
+  edge.n_layers = 1;
+  edge.vocab_size = 1;
+  const std::int64_t per_row = 768, base = edge.num_parameters() - per_row;
+  edge.vocab_size = (kRecomputeGateUpParams - base) / per_row;  // just below (or at) the threshold
+  if (edge.num_parameters() == kRecomputeGateUpParams) --edge.vocab_size;
+  ASSERT_LT(edge.num_parameters(), kRecomputeGateUpParams);
+  EXPECT_TRUE(keep_gate_up_rule(edge));
+  edge.vocab_size += 1;
+  ASSERT_GE(edge.num_parameters(), kRecomputeGateUpParams);
+  EXPECT_FALSE(keep_gate_up_rule(edge));
+  // The model follows the rule when unset and the option when set; the arena says which was planned.
+  const ModelConfig c = small_config();
+  Llama automatic(c, {.batch = 2, .seq_len = 24});
+  Llama kept(c, {.batch = 2, .seq_len = 24, .keep_gate_up = true});
+  Llama recomputed(c, {.batch = 2, .seq_len = 24, .keep_gate_up = false});
+  EXPECT_TRUE(automatic.keeps_gate_up());
+  EXPECT_TRUE(kept.keeps_gate_up());
+  EXPECT_FALSE(recomputed.keeps_gate_up());
+  EXPECT_EQ(automatic.activation_bytes(), kept.activation_bytes());
+  EXPECT_LT(recomputed.activation_bytes(), kept.activation_bytes());
+}
+
 }  // namespace
 }  // namespace lmcore::model

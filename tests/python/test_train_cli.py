@@ -58,3 +58,20 @@ def test_consolidate_errors_name_the_problem(tmp_path):
     assert r.returncode == 1 and "missing" in r.stderr and "does not exist" in r.stderr
     r = run_cli("convert", "--consolidate", tmp_path, tmp_path / "out", "--to", "torch", check=False)
     assert r.returncode == 2 and "--consolidate writes safetensors" in r.stderr
+
+
+def test_keep_gate_up_option_reaches_the_model(tmp_path):
+    """--keep-gate-up: listed in --help with its default, checked, and passed to the model (the report
+    says which; the recomputation gives the same bits, so the logged losses are equal)."""
+    help_text = run_cli("train", "--help").stdout
+    assert "--keep-gate-up" in help_text and "{auto,on,off}=auto" in help_text
+    r = run_cli("train", "--keep-gate-up", "sometimes", check=False)
+    assert r.returncode == 2 and "--keep-gate-up" in r.stderr
+    runs = {}
+    for mode in ["auto", "off", "on"]:
+        out = train(tmp_path, mode, "--batch-size", 4, "--keep-gate-up", mode)
+        report = (out / "report.html").read_text()
+        assert ("gate|up recomputed" if mode == "off" else "gate|up kept") in report, mode  # auto: a tiny model keeps it
+        events = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        runs[mode] = [e["loss"] for e in events if e["event"] == "step"]
+    assert len(runs["auto"]) == STEPS and runs["auto"] == runs["off"] == runs["on"]

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,9 +46,8 @@ struct ModelOptions {
   bool codegen = false;
   // Keep each block's gate|up product (N x 2 ffn_dim in the compute dtype) for the backward. false
   // recomputes it there instead (same bits): 2 (bf16) or 4 (f32) bytes x N x 2 ffn_dim less per block
-  // (GPT-2-sized: 96 / 192 MiB of peak RSS) for the product again (measured: the default model's bf16
-  // step 17% slower, so it stays on by default).
-  bool keep_gate_up = true;
+  // (GPT-2-sized: 96 / 192 MiB of peak RSS) for the product again. Unset: keep_gate_up_rule(config).
+  std::optional<bool> keep_gate_up = std::nullopt;
   // Bytes the fused loss head may spend on its tiles of logits (LossOptions::memory_budget). The
   // default keeps the GPT-2-sized head (N 1024 x V 32000) at a quarter of its logits, in tiles still
   // wide enough for full-speed products (bench train measures both).
@@ -56,6 +56,15 @@ struct ModelOptions {
   // installed before use (sharded training keeps only a shard of each on every rank).
   bool own_parameters = true;
 };
+
+// ModelOptions::keep_gate_up when it is unset: keep gate|up unless the model has at least
+// kRecomputeGateUpParams parameters (1 GiB of f32 training state: weights, gradients, two AdamW
+// moments). Measured (lmcore bench train, 2 cores, AMX): recomputing it cost the GPT-2-sized model
+// (110M) ~4% of a bf16 step and saved 96 MiB (bf16) / 192 MiB (f32) of its ~2 GiB, while the default
+// model (11M) lost 5-10% (bf16) and 15% (f32) of its speed for 40-80 MiB; a large model's memory is
+// what limits it (its state alone is 16 bytes per parameter), a small one's is its speed.
+inline constexpr std::int64_t kRecomputeGateUpParams = std::int64_t{1} << 26;  // 67.1M
+bool keep_gate_up_rule(const ModelConfig& config);
 
 // How the model reaches each sharding unit's weights and gradients. The default serves the model's own
 // flat buffers; sharded training (FSDP) gathers a unit before it is used and scatters its gradients
@@ -130,6 +139,9 @@ class Llama {
   // Logits (B * T, vocab) f32 after the softcap, for tests and sampling (materialises them).
   Tensor logits(const std::int32_t* tokens);
 
+  // Whether each block's gate|up product is kept for the backward (ModelOptions::keep_gate_up, or the
+  // rule when unset; always with codegen, whose fused SwiGLU keeps it).
+  bool keeps_gate_up() const;
   // Bytes of the activation arena.
   std::size_t activation_bytes() const;
   // Forward + backward multiply-add flops of one micro-batch, x2 (6 N params + attention).

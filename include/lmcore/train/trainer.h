@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "lmcore/core/dtype.h"
@@ -46,6 +47,9 @@ struct TrainOptions {
   DType dtype = DType::f32;
   bool recompute = false;
   bool codegen = false;  // generated RMSNorm and MLP kernels (model::ModelOptions::codegen; f32 only)
+  // Keep each block's gate|up product for the backward (model::ModelOptions::keep_gate_up); unset:
+  // model::keep_gate_up_rule (kept below ~67M parameters).
+  std::optional<bool> keep_gate_up;
   std::int64_t checkpoint_every = 0;  // 0: only at the end (and on SIGINT/SIGTERM)
   int keep_checkpoints = 3;
   std::int64_t eval_every = 0;  // 0: max_steps / 10
