@@ -11,6 +11,7 @@
 //   wpanel [P, H]  weight rows in In (only when weight is not In or not row-contiguous)
 //   dh     [T, H]  d_hidden of the tile in Acc (only when hidden is not Acc)
 //   dw     [V, H]  d_weight in Acc (only when the caller's d_weight is not Acc or not row-contiguous)
+// All but dw are TileBuffers: allocated per call, or carved from LossOptions::workspace.
 #include "lmcore/loss/linear_cross_entropy.h"
 
 #include <algorithm>
@@ -58,18 +59,64 @@ bool lce_on_matrix_units(const Tensor& hidden, const Tensor& weight, DType accum
          lowp_gemm_path(DType::bf16) == LowpGemmPath::onednn;
 }
 
+// Where the tile buffers of a call come from: fresh (tracked) allocations, the caller's workspace
+// (LossOptions::workspace, carved in order in 64-byte multiples), or nowhere: counting the bytes a
+// workspace must hold (linear_cross_entropy_workspace_bytes). The same takes in the same order.
+class Scratch {
+ public:
+  enum class Mode { allocate, carve, count };
+  Scratch(Mode mode, void* base, std::size_t size) : mode_(mode), base_(static_cast<std::byte*>(base)), size_(size) {}
+  template <typename T>
+  Buffer<T> take(std::int64_t n) {
+    const std::size_t bytes = (static_cast<std::size_t>(std::max<std::int64_t>(n, 0)) * sizeof(T) + 63) / 64 * 64;
+    if (mode_ == Mode::allocate) return Buffer<T>(n);
+    const std::size_t at = used_;
+    used_ += bytes;
+    if (mode_ == Mode::count) return Buffer<T>();
+    LMCORE_ASSERT(used_ <= size_);  // run_fused checked the workspace's size against the count
+    return Buffer<T>::view(reinterpret_cast<T*>(base_ + at), n);
+  }
+  std::size_t used() const { return used_; }
+
+ private:
+  Mode mode_;
+  std::byte* base_;
+  std::size_t size_, used_ = 0;
+};
+
+// BLAS needs unit column stride and a row stride >= H (an expanded row with stride 0 is copied).
+bool rows_direct(const Tensor& t, DType in) {
+  return t.dtype() == in && (t.stride(1) == 1 || t.size(1) <= 1) && (t.size(0) <= 1 || t.stride(0) >= t.size(1));
+}
+
+// The tile buffers of one call (see the table at the top), taken from a Scratch in a fixed order.
+// hidden_direct / weight_direct: the operand is read as it is (rows_direct), no conversion buffer.
+template <typename Acc, typename In>
+struct TileBuffers {
+  Buffer<In> hrows;                // [T, H] (unless hidden_direct)
+  std::vector<Buffer<In>> panels;  // [P, H] per slice (unless weight_direct)
+  Buffer<Acc> tile;                // [T, C]
+  Buffer<In> tile_low;             // [T, C] (matrix units)
+  Buffer<Acc> dh_parts;            // (slices - 1) x [T, H] (backward)
+  Buffer<Acc> dh_tile;             // [min(T, N), H] (backward, hidden not Acc)
+  TileBuffers(Scratch& sc, const loss_detail::Tiling& t, std::int64_t n, std::int64_t h, int slices,
+              bool hidden_direct, bool weight_direct, bool backward, bool hidden_is_acc) {
+    const std::int64_t hh = std::max<std::int64_t>(h, 1);
+    if (!hidden_direct) hrows = sc.take<In>(t.rows * hh);
+    for (int p = 0; p < slices; ++p) panels.push_back(weight_direct ? Buffer<In>() : sc.take<In>(t.panel * hh));
+    tile = sc.take<Acc>(t.rows * t.cols);
+    if constexpr (!std::is_same_v<Acc, In>) tile_low = sc.take<In>(t.rows * t.cols);
+    if (backward && slices > 1) dh_parts = sc.take<Acc>((slices - 1) * t.rows * h);
+    if (backward && !hidden_is_acc) dh_tile = sc.take<Acc>(std::min(t.rows, n) * h);
+  }
+};
+
 // A 2-D [rows, H] operand read as Acc rows: directly when it already is Acc with unit column
-// stride, else through a conversion buffer.
+// stride, else through a conversion buffer (`buf`, rows x H, from TileBuffers).
 template <typename Acc>
 class RowSource {
  public:
-  RowSource(const Tensor& t, std::int64_t max_rows)
-      : t_(t),
-        // BLAS needs unit column stride and a row stride >= H (an expanded row with stride 0 is copied).
-        direct_(t.dtype() == dtype_of<Acc> && (t.stride(1) == 1 || t.size(1) <= 1) &&
-                (t.size(0) <= 1 || t.stride(0) >= t.size(1))) {
-    if (!direct_ && max_rows > 0) buf_ = Buffer<Acc>(max_rows * std::max<std::int64_t>(t.size(1), 1));
-  }
+  RowSource(const Tensor& t, Buffer<Acc> buf) : t_(t), direct_(rows_direct(t, dtype_of<Acc>)), buf_(std::move(buf)) {}
   // Rows [r0, r0 + n) as a row-major block; *ld receives the row stride.
   const Acc* rows(std::int64_t r0, std::int64_t n, std::int64_t* ld) {
     const std::int64_t h = t_.size(1);
@@ -119,20 +166,24 @@ class FusedLce {
   static constexpr std::int64_t kDwRows = 2048;
 
  public:
-  FusedLce(const Tensor& hidden, const Tensor& weight, const LossSetup<Acc>& S, const loss_detail::Tiling& tiling)
+  // On the matrix units every product is one call from this thread (gemm_lowp spreads it over the
+  // pool), so there is a single slice and a single weight source.
+  static int slices() { return kLowp ? 1 : std::max(1, num_threads()); }
+
+  FusedLce(const Tensor& hidden, const Tensor& weight, const LossSetup<Acc>& S, const loss_detail::Tiling& tiling,
+           TileBuffers<Acc, In>& bufs)
       : S_(S),
         tiling_(tiling),
         n_(hidden.size(0)),
         h_(hidden.size(1)),
         v_(weight.size(0)),
-        // On the matrix units every product is one call from this thread (gemm_lowp spreads it over
-        // the pool), so there is a single slice and a single weight source.
-        pieces_(kLowp ? 1 : std::max(1, num_threads())),
-        hsrc_(hidden, tiling.rows),
-        tile_(tiling.rows * tiling.cols) {
-    if constexpr (kLowp) tile_low_ = Buffer<In>(tiling.rows * tiling.cols);
+        pieces_(slices()),
+        hsrc_(hidden, std::move(bufs.hrows)),
+        tile_(std::move(bufs.tile)),
+        tile_low_(std::move(bufs.tile_low)),
+        dh_parts_(std::move(bufs.dh_parts)) {
     wsrc_.reserve(static_cast<std::size_t>(pieces_));
-    for (int p = 0; p < pieces_; ++p) wsrc_.emplace_back(weight, tiling.panel);
+    for (int p = 0; p < pieces_; ++p) wsrc_.emplace_back(weight, std::move(bufs.panels[static_cast<std::size_t>(p)]));
   }
 
   // Logits of the tile's t token rows and vocabulary columns [j0, j0 + c) into tile_ (ld c), bias
@@ -214,7 +265,6 @@ class FusedLce {
   // sinks.dh, which DhStore::begin zeroes).
   void begin_dh(std::int64_t t) {
     if (pieces_ == 1) return;
-    if (!dh_parts_.data()) dh_parts_ = Buffer<Acc>((pieces_ - 1) * tiling_.rows * h_);
     for (int p = 1; p < pieces_; ++p) std::fill(dh_part(p), dh_part(p) + t * h_, Acc(0));
   }
 
@@ -324,7 +374,7 @@ class FusedLce {
   std::vector<RowSource<In>> wsrc_;  // one per slice: each converts its own panels
   Buffer<Acc> tile_;
   Buffer<In> tile_low_;  // d_logits rounded to In for the gradient products (kLowp only)
-  Buffer<Acc> dh_parts_;  // (pieces - 1) x [T, H]
+  Buffer<Acc> dh_parts_;  // (pieces - 1) x [T, H] (backward only)
 };
 
 void check_operands(const char* op, const Tensor& hidden, const Tensor& weight) {
@@ -364,6 +414,40 @@ struct NoDh {
   void end(std::int64_t, std::int64_t) {}
 };
 
+// The tiling of a call (see linear_cross_entropy.h, Memory).
+// On the matrix units the tile has a bf16 twin (the rounded d_logits): both count against the budget.
+// Their products also want many token rows: oneDNN re-blocks the W operand on every call, which a
+// few hundred rows do not pay for (measured with N = 4096, H = 1024 on AMX, 2 threads: 174 rows per
+// whole-vocabulary tile ran the d_hidden product at ~500 GFLOPS, 4096 rows per 5461-column chunk at
+// ~1300). So below kLowpMinRows whole-vocabulary rows the vocabulary is chunked with up to
+// kLowpChunkRows rows per tile: two passes (4 products instead of 3) that still come out ahead.
+template <typename Acc, typename In>
+loss_detail::Tiling tiling_for(const char* op, std::int64_t n, std::int64_t h, std::int64_t v, DType hidden_dtype,
+                               DType weight_dtype, const LossOptions& options) {
+  constexpr bool kLowp = !std::is_same_v<Acc, In>;
+  constexpr std::int64_t kLowpMinRows = 512, kLowpChunkRows = 4096;
+  const std::size_t tile_bytes = sizeof(Acc) + (kLowp ? sizeof(In) : 0);
+  LossOptions tiled = options;
+  if (!kLowp && options.memory_budget > 0 && options.chunk_size == 0 && options.token_tile == 0)
+    tiled.memory_budget = loss_detail::tile_budget(n, v, sizeof(Acc), options);
+  return loss_detail::choose_tiling(op, n, h, v, tile_bytes, tiled,
+                                    hidden_dtype != dtype_of<In> || weight_dtype != dtype_of<In>,
+                                    kLowp ? 1 : num_threads(), kLowp ? kLowpMinRows : loss_detail::kMinRowsPerTile,
+                                    kLowp ? kLowpChunkRows : loss_detail::kMinRowsPerTile);
+}
+
+// Bytes of workspace a call needs (the takes of TileBuffers, counted).
+template <typename Acc, typename In>
+std::size_t workspace_bytes(const char* op, std::int64_t n, std::int64_t h, std::int64_t v, DType hidden_dtype,
+                            DType weight_dtype, bool hidden_direct, bool weight_direct, const LossOptions& options,
+                            bool backward) {
+  const loss_detail::Tiling tiling = tiling_for<Acc, In>(op, n, h, v, hidden_dtype, weight_dtype, options);
+  Scratch count(Scratch::Mode::count, nullptr, 0);
+  TileBuffers<Acc, In>(count, tiling, n, h, FusedLce<Acc, In>::slices(), hidden_direct, weight_direct, backward,
+                       hidden_dtype == dtype_of<Acc>);
+  return count.used();
+}
+
 // Forward and/or backward. Returns the loss (when forward) and d_hidden (when grad_loss is defined).
 template <typename Acc, typename In = Acc>
 LinearCrossEntropyOutput run_fused(const char* op, const Tensor& hidden, const Tensor& weight,
@@ -372,23 +456,23 @@ LinearCrossEntropyOutput run_fused(const char* op, const Tensor& hidden, const T
   const std::int64_t n = hidden.size(0), h = hidden.size(1), v = weight.size(0);
   const LossSetup<Acc> S = loss_detail::make_setup<Acc>(op, n, v, target, options, true);
   const bool backward = grad_loss.defined();
-  // On the matrix units the tile has a bf16 twin (the rounded d_logits): both count against the budget.
-  // Their products also want many token rows: oneDNN re-blocks the W operand on every call, which a
-  // few hundred rows do not pay for (measured with N = 4096, H = 1024 on AMX, 2 threads: 174 rows per
-  // whole-vocabulary tile ran the d_hidden product at ~500 GFLOPS, 4096 rows per 5461-column chunk at
-  // ~1300). So below kLowpMinRows whole-vocabulary rows the vocabulary is chunked with up to
-  // kLowpChunkRows rows per tile: two passes (4 products instead of 3) that still come out ahead.
-  constexpr bool kLowp = !std::is_same_v<Acc, In>;
-  constexpr std::int64_t kLowpMinRows = 512, kLowpChunkRows = 4096;
-  const std::size_t tile_bytes = sizeof(Acc) + (kLowp ? sizeof(In) : 0);
-  LossOptions tiled = options;
-  if (!kLowp && options.memory_budget > 0 && options.chunk_size == 0 && options.token_tile == 0)
-    tiled.memory_budget = loss_detail::tile_budget(n, v, sizeof(Acc), options);
-  const loss_detail::Tiling tiling = loss_detail::choose_tiling(
-      op, n, h, v, tile_bytes, tiled, hidden.dtype() != dtype_of<In> || weight.dtype() != dtype_of<In>,
-      kLowp ? 1 : num_threads(), kLowp ? kLowpMinRows : loss_detail::kMinRowsPerTile,
-      kLowp ? kLowpChunkRows : loss_detail::kMinRowsPerTile);
-  FusedLce<Acc, In> kernel(hidden, weight, S, tiling);
+  const loss_detail::Tiling tiling = tiling_for<Acc, In>(op, n, h, v, hidden.dtype(), weight.dtype(), options);
+  const bool hidden_direct = rows_direct(hidden, dtype_of<In>), weight_direct = rows_direct(weight, dtype_of<In>);
+  Scratch scratch(Scratch::Mode::allocate, nullptr, 0);
+  if (options.workspace != nullptr) {
+    const std::size_t need = workspace_bytes<Acc, In>(op, n, h, v, hidden.dtype(), weight.dtype(), hidden_direct,
+                                                      weight_direct, options, backward);
+    LMCORE_CHECK(options.workspace_bytes >= need,
+                 "{}: the workspace holds {} bytes but the tiles need {} (linear_cross_entropy_workspace_bytes; "
+                 "hidden {}, weight {})",
+                 op, options.workspace_bytes, need, hidden.describe(), weight.describe());
+    LMCORE_CHECK(reinterpret_cast<std::uintptr_t>(options.workspace) % 64 == 0,
+                 "{}: the workspace must be 64-byte aligned, found address {}", op, options.workspace);
+    scratch = Scratch(Scratch::Mode::carve, options.workspace, options.workspace_bytes);
+  }
+  TileBuffers<Acc, In> bufs(scratch, tiling, n, h, FusedLce<Acc, In>::slices(), hidden_direct, weight_direct,
+                            backward, hidden.dtype() == dtype_of<Acc>);
+  FusedLce<Acc, In> kernel(hidden, weight, S, tiling, bufs);
 
   LinearCrossEntropyOutput out;
   Tensor lse;
@@ -434,8 +518,7 @@ LinearCrossEntropyOutput run_fused(const char* op, const Tensor& hidden, const T
     db_buf = Buffer<Acc>::zeros(v);
     sinks.db = db_buf.data();
   }
-  DhStore<Acc> dh{Tensor::empty({n, h}, hidden.dtype()), Buffer<Acc>(), h};
-  if (hidden.dtype() != dtype_of<Acc>) dh.tile = Buffer<Acc>(std::min(tiling.rows, n) * h);
+  DhStore<Acc> dh{Tensor::empty({n, h}, hidden.dtype()), std::move(bufs.dh_tile), h};
 
   Buffer<Acc> ce, zl;
   if (forward) {
@@ -469,6 +552,25 @@ LinearCrossEntropyOutput dispatch(const char* op, const Tensor& hidden, const Te
 }
 
 }  // namespace
+
+std::size_t linear_cross_entropy_workspace_bytes(std::int64_t n, std::int64_t h, std::int64_t v, DType dtype,
+                                                 const LossOptions& options, bool backward) {
+  const char* op = "linear_cross_entropy_workspace_bytes";
+  LMCORE_CHECK(n >= 0 && h >= 1 && v >= 1, "{}: expected n >= 0, h >= 1, v >= 1, found {}, {}, {}", op, n, h, v);
+  LMCORE_CHECK(is_floating(dtype) && !is_storage_only(dtype), "{}: dtype must be f32, f64, bf16 or f16, found {}", op,
+               dtype);
+  LMCORE_CHECK(options.accumulate == DType::f32 || options.accumulate == DType::f64,
+               "{}: accumulate must be f32 or f64, found {}", op, options.accumulate);
+  // Row-contiguous operands are read as they are when they already are the products' operand type.
+  auto bytes = [&]<typename Acc, typename In>() {
+    const bool direct = dtype == dtype_of<In>;
+    return workspace_bytes<Acc, In>(op, n, h, v, dtype, dtype, direct, direct, options, backward);
+  };
+  if (options.accumulate == DType::f64) return bytes.operator()<double, double>();
+  if (options.accumulate == DType::f32 && dtype == DType::bf16 && lowp_gemm_path(DType::bf16) == LowpGemmPath::onednn)
+    return bytes.operator()<float, bf16>();
+  return bytes.operator()<float, float>();
+}
 
 LossResult linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& target,
                                 const LossOptions& options) {

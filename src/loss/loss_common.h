@@ -23,6 +23,13 @@ struct Buffer {
   T* ptr = nullptr;
   Buffer() = default;
   explicit Buffer(std::int64_t n) : tensor(Tensor::empty({n}, dtype_of<T>)), ptr(tensor.data<T>()) {}
+  // n elements at p, memory the caller owns (a workspace): not allocated, not tracked.
+  static Buffer view(T* p, std::int64_t n) {
+    Buffer b;
+    b.tensor = Tensor::from_blob(p, {n}, dtype_of<T>, nullptr);
+    b.ptr = p;
+    return b;
+  }
   static Buffer zeros(std::int64_t n) {
     Buffer b(n);
     for (std::int64_t i = 0; i < n; ++i) b.ptr[i] = T(0);

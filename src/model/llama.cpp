@@ -22,6 +22,33 @@ using attention::BlockMask;
 using attention::FlexOptions;
 using attention::MaskMod;
 
+namespace {
+LossOptions head_loss_options(const ModelConfig& c, const ModelOptions& mo) {
+  LossOptions o;
+  o.memory_budget = mo.head_memory_budget;
+  o.z_loss = c.z_loss;
+  o.softcap = c.logit_softcap;
+  o.label_smoothing = c.label_smoothing;
+  return o;
+}
+
+}  // namespace
+
+// The head's loss options, its tiles in the arena's head region after the rounded head (when there is
+// one); allocated per call instead when the region is short for this call's tiling (the matrix-unit
+// path switched off after construction: set_lowp_gemm_onednn).
+LossOptions Llama::Impl::head_options(const ModelConfig& c, const ModelOptions& mo, bool backward) const {
+  const Impl& m = *this;
+  LossOptions o = head_loss_options(c, mo);
+  const std::size_t at = m.root_f32 ? (static_cast<std::size_t>(m.V * m.C) * m.cs + 63) / 64 * 64 : 0;
+  const std::size_t room = m.head_region_bytes - std::min(at, m.head_region_bytes);
+  if (linear_cross_entropy_workspace_bytes(m.N, m.C, m.V, m.ct, o, backward) <= room) {
+    o.workspace = reinterpret_cast<std::byte*>(m.sA) + at;
+    o.workspace_bytes = room;
+  }
+  return o;
+}
+
 Llama::Llama(const ModelConfig& config, const ModelOptions& options)
     : config_(config), options_(options), layout_(config), impl_(std::make_unique<Impl>()) {
   config_.validate();
@@ -88,10 +115,6 @@ Llama::Llama(const ModelConfig& config, const ModelOptions& options)
   m.keep_gu = m.keep_a || options_.keep_gate_up.value_or(keep_gate_up_rule(config_));
   m.recompute = options_.recompute;
   BlockActs shared;  // x_mid, h1 = h2, gu, a (recomputed in the backward); with recompute, all but x_in
-  f32buf(&shared.x_mid, N * C);
-  ctbuf(&shared.h1, N * C);
-  if (!m.keep_gu) ctbuf(&shared.gu, N * 2 * m.F);
-  if (!m.keep_a) ctbuf(&shared.a, N * m.F);
   auto plan_block = [&](BlockActs& b) {
     f32buf(&b.rstd1, N);
     ctbuf(&b.qkv, N * m.QKV);
@@ -116,18 +139,26 @@ Llama::Llama(const ModelConfig& config, const ModelOptions& options)
     ctbuf(&m.cA, N * wcA);
     ctbuf(&m.cB, N * wcB);
   }
-  // With the local bf16 access the head is rounded into the scratch from sA on while it runs: the
-  // scratch (planned back to back) gets room for it. (GPT-2-sized: 47 MiB of head in 52.5 of scratch.)
-  float* head_pad = nullptr;
-  if (options_.own_parameters && !m.f32()) {
-    auto r64 = [](std::int64_t bytes) { return (bytes + 63) / 64 * 64; };
-    const std::int64_t ecs = static_cast<std::int64_t>(m.cs);
-    const std::int64_t scratch =
-        r64(N * wA * 4) + r64(N * wB * 4) + r64(N * wC * 4) + r64(N * wcA * ecs) + r64(N * wcB * ecs);
-    const std::int64_t head = m.V * C * ecs;
-    if (head > scratch) plan.push_back({reinterpret_cast<void**>(&head_pad), static_cast<std::size_t>(head - scratch)});
-  }
+  // Dead while the head runs, and planned back to back from sA on: the scratch, the shared
+  // activations and dx. The head uses them (Impl::head_region): with the local bf16 access the [V, C]
+  // head is rounded into them, and the loss's tiles live after it (LossOptions::workspace). The
+  // region gets a pad when they need more. (GPT-2-sized bf16: 47 MiB of head and 32 MiB of tiles in
+  // 72 MiB; f32: 16 MiB of tiles in 57 MiB.)
+  const std::size_t region_first = plan.size() - (m.f32() ? 3 : 5);
+  f32buf(&shared.x_mid, N * C);
+  ctbuf(&shared.h1, N * C);
+  if (!m.keep_gu) ctbuf(&shared.gu, N * 2 * m.F);
+  if (!m.keep_a) ctbuf(&shared.a, N * m.F);
   f32buf(&m.dx, N * C);
+  auto r64 = [](std::size_t bytes) { return (bytes + 63) / 64 * 64; };
+  std::size_t dead = 0;
+  for (std::size_t i = region_first; i < plan.size(); ++i) dead += r64(plan[i].second);
+  const std::size_t head_copy = options_.own_parameters && !m.f32() ? r64(static_cast<std::size_t>(m.V * C) * m.cs) : 0;
+  const std::size_t need =
+      head_copy + linear_cross_entropy_workspace_bytes(N, C, m.V, m.ct, head_loss_options(config_, options_));
+  void* pad = nullptr;
+  if (need > dead) plan.push_back({&pad, need - dead});
+  m.head_region_bytes = std::max(need, dead);
   std::size_t total = 0;
   for (auto& [p, bytes] : plan) total += (bytes + 63) / 64 * 64;
   m.arena_bytes = total;
@@ -283,16 +314,6 @@ double Llama::flops_per_step() const {
   return flops;
 }
 
-namespace {
-LossOptions head_loss_options(const ModelConfig& c, const ModelOptions& mo) {
-  LossOptions o;
-  o.memory_budget = mo.head_memory_budget;
-  o.z_loss = c.z_loss;
-  o.softcap = c.logit_softcap;
-  o.label_smoothing = c.label_smoothing;
-  return o;
-}
-}  // namespace
 
 void Llama::prepare_batch(const std::int32_t* tokens, const std::int32_t* targets) {
   Impl& m = *impl_;
@@ -341,7 +362,7 @@ StepLoss Llama::forward_backward(const std::int32_t* tokens, const std::int32_t*
   const Tensor head = m.ct_tensor(const_cast<void*>(m.head_weight(root, layout_.root().head)), {m.V, m.C});
   const Tensor d_head = Tensor::from_blob(groot + layout_.root().head, {m.V, m.C}, DType::f32, nullptr);
   const LinearCrossEntropyOutput out =
-      linear_cross_entropy_with_grad(hidden, head, m.targets64, head_loss_options(config_, options_),
+      linear_cross_entropy_with_grad(hidden, head, m.targets64, m.head_options(config_, options_, true),
                                      Tensor::full({}, grad_scale, DType::f32), d_head, Tensor());
   StepLoss loss{out.loss.item_as_double(), out.z_loss.item_as_double()};
   // ---- final norm ----
@@ -374,7 +395,7 @@ StepLoss Llama::forward_loss(const std::int32_t* tokens, const std::int32_t* tar
   const std::byte* root = forward_trunk(tokens);
   const Tensor hidden = m.ct_tensor(m.hf, {m.N, m.C});
   const Tensor head = m.ct_tensor(const_cast<void*>(m.head_weight(root, layout_.root().head)), {m.V, m.C});
-  const LossResult r = linear_cross_entropy(hidden, head, m.targets64, head_loss_options(config_, options_));
+  const LossResult r = linear_cross_entropy(hidden, head, m.targets64, m.head_options(config_, options_, false));
   access().release(0);
   access().end_step();
   return {r.loss.item_as_double(), r.z_loss.item_as_double()};

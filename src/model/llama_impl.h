@@ -8,6 +8,7 @@
 #include "lmcore/attention/block_mask.h"
 #include "lmcore/codegen/gemm.h"
 #include "lmcore/codegen/rmsnorm.h"
+#include "lmcore/loss/cross_entropy.h"
 #include "lmcore/model/llama.h"
 
 namespace lmcore::model {
@@ -49,6 +50,8 @@ class LocalAccess final : public UnitAccess {
 //   shared     x_mid 3, h 3 | 1.5, a 8 | 4, x_final 3, hf 3 | 1.5, dx 3
 //   (without keep_gate_up: gu 16 | 8 shared instead of per block)
 //   scratch    sA 16, sB 8, sC 16 (f32);  cA 8, cB 4.5 (bf16 only)
+//   head region: the scratch, the shared buffers and dx, back to back (dead while the head runs) and a
+//   pad when short: the rounded head (bf16, local access: 47) and the loss's tiles (bf16 32, f32 16)
 struct BlockActs {
   float* x_in = nullptr;   // (N, C) the block's input (residual stream)
   float* rstd1 = nullptr;  // (N)
@@ -81,6 +84,9 @@ struct Llama::Impl {
   float *sA = nullptr, *sB = nullptr, *sC = nullptr;  // f32 scratch, (N, Wmax) each
   void *cA = nullptr, *cB = nullptr;                  // compute-dtype scratch (alias sA / sB in f32)
   float* dx = nullptr;       // (N, C) gradient of the residual stream
+  // sA ... dx (and a pad): dead while the head runs; it holds the rounded head (root_f32) and the
+  // loss's tiles (llama.cpp, head_options).
+  std::size_t head_region_bytes = 0;
   Tensor targets64;          // (N) i64 for the loss
   std::unique_ptr<LocalAccess> local;
   UnitAccess* access = nullptr;
@@ -133,6 +139,9 @@ struct Llama::Impl {
   // The head [V, C] in the compute dtype (with root_f32, rounded into the scratch from sA on: valid
   // until the scratch is next written).
   const void* head_weight(const std::byte* root, std::int64_t off);
+
+  // The head's loss options (llama.cpp): its tiles in the head region when they fit.
+  LossOptions head_options(const ModelConfig& c, const ModelOptions& mo, bool backward) const;
 
   // ---- block.cpp ----
   // out32 (N, C) f32 = rmsnorm(x) * w, rstd (N): the same kernel in the forward and in a recompute.

@@ -22,7 +22,9 @@
 
 #include <gtest/gtest.h>
 
+#include "lmcore/core/allocator.h"
 #include "lmcore/core/gemm_lowp.h"
+#include "lmcore/core/parallel.h"
 #include "lmcore/loss/cross_entropy.h"
 #include "lmcore/loss/linear_cross_entropy.h"
 #include "lmcore/loss/linear_cross_entropy_loss.h"
@@ -271,6 +273,108 @@ TEST(LinearCrossEntropyLoss, OwningKeepsAPrivateWeightAndBiasGradient) {
                            DType::f32, {8, 0}));
   loss.zero_grad();
   for (float x : loss.weight_grad().to_vector<float>()) EXPECT_EQ(x, 0.0f);
+}
+
+// The message of the Error that fn throws ("" when it does not throw).
+template <typename Fn>
+std::string error_message(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Same values to the bit (NaN never expected here); names the tensor and how many elements differ.
+::testing::AssertionResult same_bits(const std::string& name, const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return ::testing::AssertionFailure() << name << ": " << a.describe() << " vs " << b.describe();
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) differ += x[i] != y[i];
+  if (differ == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << name << ": " << differ << " of " << x.size() << " elements differ";
+}
+
+// LossOptions::workspace: tiles carved from the caller's memory give the bits of allocated ones, for
+// the forward, the backward and both at once: f32 over two slices (partial d_hidden sums), f64, bf16
+// (on the matrix units where they exist, else widened through conversion panels) and f16 (widened),
+// whole-vocabulary tiles and chunked ones. The workspace is exactly linear_cross_entropy_workspace_bytes()
+// long and starts as NaN garbage; the call then allocates that much less; one byte short or a
+// misaligned start is an error naming the sizes.
+TEST(LinearCrossEntropyWorkspace, TilesInTheCallersMemoryGiveTheSameBits) {
+  const std::int64_t n = 37, h = 24, v = 301;
+  const Tensor hidden64 = random_tensor({n, h}, 11), weight64 = random_tensor({v, h}, 12, 0.3);
+  const Tensor target = random_targets(n, v, 13, 5);
+  const int saved = num_threads();
+  set_num_threads(2);
+  for (const DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+    for (const std::int64_t chunk : {0, 64}) {
+      const std::string what = std::string(dtype_name(dt)) + (chunk ? " chunked" : " whole vocabulary");
+      SCOPED_TRACE(what);
+      const Tensor hidden = hidden64.to(dt), weight = weight64.to(dt);
+      LossOptions o;
+      o.label_smoothing = 0.1;
+      o.z_loss = 1e-3;
+      o.accumulate = dt == DType::f64 ? DType::f64 : DType::f32;
+      o.chunk_size = chunk;
+      o.token_tile = chunk ? 16 : 0;
+      o.memory_budget = 16 * 1024;  // small conversion panels where the weight is widened
+      const Tensor g = Tensor::full({}, 1.0, DType::f64);
+      const std::size_t need = linear_cross_entropy_workspace_bytes(n, h, v, dt, o);
+      const std::size_t need_fwd = linear_cross_entropy_workspace_bytes(n, h, v, dt, o, /*backward=*/false);
+      ASSERT_GT(need, 0u);
+      ASSERT_LE(need_fwd, need);
+      Tensor ws = Tensor::empty({static_cast<std::int64_t>(need) + 64}, DType::u8);
+      std::fill_n(ws.data<std::uint8_t>(), need + 64, std::uint8_t{0xFF});  // NaN in every float type
+      LossOptions with = o;
+      with.workspace = ws.data_ptr();
+      with.workspace_bytes = need;
+
+      Tensor dw_a = Tensor::zeros({v, h}, o.accumulate), dw_b = Tensor::zeros({v, h}, o.accumulate);
+      const std::size_t base = current_bytes();
+      reset_peak_bytes();
+      const LinearCrossEntropyOutput a = linear_cross_entropy_with_grad(hidden, weight, target, o, g, dw_a, Tensor());
+      const std::size_t grow_plain = peak_bytes() - base;
+      const std::size_t base_b = current_bytes();
+      reset_peak_bytes();
+      const LinearCrossEntropyOutput b = linear_cross_entropy_with_grad(hidden, weight, target, with, g, dw_b, Tensor());
+      const std::size_t grow_ws = peak_bytes() - base_b;
+      EXPECT_TRUE(same_bits("loss", b.loss, a.loss));
+      EXPECT_TRUE(same_bits("lse", b.lse, a.lse));
+      EXPECT_TRUE(same_bits("d_hidden", b.d_hidden, a.d_hidden));
+      EXPECT_TRUE(same_bits("d_weight", dw_b, dw_a));
+      const std::vector<double> dh = a.d_hidden.to_vector<double>();
+      EXPECT_GT(*std::max_element(dh.begin(), dh.end()), 0.0);  // the comparison compares something
+      EXPECT_GE(grow_plain, grow_ws + need * 9 / 10) << "allocated " << grow_plain << " without, " << grow_ws << " with";
+
+      // Forward alone, with its smaller workspace; the backward alone from the forward's lse.
+      with.workspace_bytes = need_fwd;
+      const LossResult fa = linear_cross_entropy(hidden, weight, target, o);
+      const LossResult fb = linear_cross_entropy(hidden, weight, target, with);
+      EXPECT_TRUE(same_bits("forward loss", fb.loss, fa.loss));
+      EXPECT_TRUE(same_bits("forward lse", fb.lse, fa.lse));
+      with.workspace_bytes = need;
+      Tensor dw_c = Tensor::zeros({v, h}, o.accumulate), dw_d = Tensor::zeros({v, h}, o.accumulate);
+      const Tensor dh_c = linear_cross_entropy_backward(hidden, weight, target, g, o, fa.lse, dw_c, Tensor());
+      const Tensor dh_d = linear_cross_entropy_backward(hidden, weight, target, g, with, fa.lse, dw_d, Tensor());
+      EXPECT_TRUE(same_bits("backward d_hidden", dh_d, dh_c));
+      EXPECT_TRUE(same_bits("backward d_weight", dw_d, dw_c));
+
+      // One byte short, or not 64-byte aligned: errors naming both sizes / the address.
+      with.workspace_bytes = need - 1;
+      const std::string shorter = error_message([&] { linear_cross_entropy_with_grad(hidden, weight, target, with, g, dw_b, Tensor()); });
+      EXPECT_NE(shorter.find("the workspace holds " + std::to_string(need - 1) + " bytes but the tiles need " +
+                             std::to_string(need)), std::string::npos) << shorter;
+      with.workspace = ws.data<std::uint8_t>() + 32;
+      with.workspace_bytes = need;
+      EXPECT_NE(error_message([&] { linear_cross_entropy(hidden, weight, target, with); }).find("64-byte aligned"),
+                std::string::npos);
+    }
+  }
+  set_num_threads(saved);
+  EXPECT_NE(error_message([] { linear_cross_entropy_workspace_bytes(4, 0, 10, DType::f32, LossOptions()); })
+                .find("h >= 1"), std::string::npos);
 }
 
 }  // namespace

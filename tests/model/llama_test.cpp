@@ -6,7 +6,9 @@
 #include <cmath>
 #include <vector>
 
+#include "lmcore/core/allocator.h"
 #include "lmcore/core/error.h"
+#include "lmcore/loss/linear_cross_entropy.h"
 #include "lmcore/model/config.h"
 #include "lmcore/model/generate.h"
 #include "lmcore/model/llama.h"
@@ -282,6 +284,39 @@ TEST(Llama, KeepGateUpRuleBySize) {
   EXPECT_FALSE(recomputed.keeps_gate_up());
   EXPECT_EQ(automatic.activation_bytes(), kept.activation_bytes());
   EXPECT_LT(recomputed.activation_bytes(), kept.activation_bytes());
+}
+
+// The head's tiles live in the arena (the scratch and shared activations, dead while the head runs):
+// a step allocates far less than the tiles would take. A wide vocabulary makes them the step's largest
+// transient (64 tokens x 4096 logits in f32: 1 MiB; flex attention's copies here are a few KiB).
+TEST(Llama, HeadTilesLiveInTheArena) {
+  ModelConfig c = small_config();
+  c.vocab_size = 4096;
+  const std::int64_t B = 2, T = 32;
+  std::vector<std::int32_t> x(static_cast<std::size_t>(B * T)), y(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    x[i] = static_cast<std::int32_t>((i * 7 + 3) % 4096);
+    y[i] = static_cast<std::int32_t>((i * 11 + 5) % 4096);
+  }
+  for (const DType dt : {DType::f32, DType::bf16}) {
+    Llama m(c, {.batch = B, .seq_len = T, .compute = dt});
+    m.init_weights(3);
+    m.zero_grad();
+    LossOptions o;
+    o.memory_budget = m.options().head_memory_budget;
+    const std::size_t tiles = linear_cross_entropy_workspace_bytes(B * T, c.dim, c.vocab_size, dt, o);
+    ASSERT_GE(tiles, std::size_t{512} << 10) << dtype_name(dt);
+    const std::size_t before = current_bytes();
+    reset_peak_bytes();
+    const double loss = m.forward_backward(x.data(), y.data(), 1.0f).loss;
+    EXPECT_TRUE(std::isfinite(loss));
+    EXPECT_LT(peak_bytes() - before, tiles / 2) << dtype_name(dt) << ": the step allocated " << peak_bytes() - before
+                                                << " bytes, the tiles take " << tiles;
+    reset_peak_bytes();
+    const double eval = m.forward_loss(x.data(), y.data()).loss;
+    EXPECT_TRUE(std::isfinite(eval));
+    EXPECT_LT(peak_bytes() - before, tiles / 2) << dtype_name(dt) << " forward_loss";
+  }
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 // else; gradients flow through it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 
@@ -54,6 +55,11 @@ struct LossOptions {
   std::int64_t memory_budget = std::int64_t{128} << 20;
   // Arithmetic type: f32 (default) or f64. bf16/f16 inputs are widened to it.
   DType accumulate = DType::f32;
+  // Memory of the caller's for the fused path's tiles (linear_cross_entropy.h, Workspace), 64-byte
+  // aligned, at least linear_cross_entropy_workspace_bytes() long; nullptr: allocated per call.
+  // Ignored by the unfused path.
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
 };
 
 // Outputs of a loss forward. All in the accumulation dtype.

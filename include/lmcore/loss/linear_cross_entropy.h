@@ -33,6 +33,13 @@
 // tile of hidden and of a weight panel per thread (budget / 8 in all), plus an f32 [V, H]
 // accumulator only when d_weight is not itself f32 (pass an f32 d_weight to avoid it).
 //
+// Workspace: the tiles above (the logits tile and its bf16 twin, conversion panels and hidden rows,
+// the per-thread partial d_hidden sums, the d_hidden tile when hidden is not Acc) can live in memory
+// the caller already has and does not need during the call (a trainer's activation scratch):
+// options.workspace with linear_cross_entropy_workspace_bytes() bytes. Same tiling, same results to
+// the bit; too small a workspace is an error naming both sizes. Not in it: the per-token vectors
+// (N values each), the returned tensors and the [V, H] Acc accumulator of a non-Acc d_weight.
+//
 // Precision: every GEMM and reduction runs in options.accumulate (f32 or f64); d_weight is summed
 // over all tokens in that type and rounded once into d_weight (bf16 inputs never accumulate in bf16).
 //
@@ -79,6 +86,13 @@ LinearCrossEntropyOutput linear_cross_entropy_with_grad(const Tensor& hidden, co
                                                         const Tensor& target, const LossOptions& options,
                                                         const Tensor& grad_loss, Tensor d_weight,
                                                         Tensor d_bias);
+
+// Bytes of LossOptions::workspace that a fused call needs for hidden [n, h] and weight [v, h] of
+// `dtype`, both row-contiguous, with these options (the tiling and the matrix-unit path as the call
+// picks them on this machine): backward = true for linear_cross_entropy_backward / _with_grad (also
+// enough for the forward), false for the forward alone.
+std::size_t linear_cross_entropy_workspace_bytes(std::int64_t n, std::int64_t h, std::int64_t v, DType dtype,
+                                                 const LossOptions& options, bool backward = true);
 
 // ---- unfused path (reference and baseline) ----
 // logits = matmul(hidden, weight^T) [N, V] in the input dtype (+ bias), then cross_entropy; the
