@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -47,10 +48,31 @@ bool wants(const BenchOptions& o, const char* section) {
   return !any || std::find(o.args.begin(), o.args.end(), section) != o.args.end();
 }
 
-std::vector<float> random_floats(std::size_t n, unsigned seed) {
+// Buffers on 64-byte boundaries, as the trainer's arena and parameters are (malloc's large blocks start
+// 16 bytes past a page: every 64-byte vector load or store of a kernel would straddle two cache lines).
+template <class T>
+struct Aligned64 {
+  using value_type = T;
+  Aligned64() = default;
+  template <class U>
+  Aligned64(const Aligned64<U>&) {}
+  T* allocate(std::size_t n) {
+    void* p = std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64);
+    if (!p) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, std::size_t) { std::free(p); }
+  template <class U>
+  bool operator==(const Aligned64<U>&) const { return true; }
+  template <class U>
+  bool operator!=(const Aligned64<U>&) const { return false; }
+};
+using Floats = std::vector<float, Aligned64<float>>;
+
+Floats random_floats(std::size_t n, unsigned seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> d(-1, 1);
-  std::vector<float> v(n);
+  Floats v(n);
   for (auto& x : v) x = d(rng);
   return v;
 }
@@ -66,7 +88,7 @@ BenchTable rmsnorm_table(const BenchOptions& opt, const codegen::Options& co) {
   // working set as the f32 kernel's four (N, C) tensors (this machine's L3 may hold it all; both then
   // run from the same level).
   const std::int64_t copy_n = 2 * NC;
-  std::vector<float> src = random_floats(static_cast<std::size_t>(copy_n), 1), dst(static_cast<std::size_t>(copy_n));
+  Floats src = random_floats(static_cast<std::size_t>(copy_n), 1), dst(static_cast<std::size_t>(copy_n));
   const double t_copy = time_best(
       [&] {
         parallel_for(0, copy_n, 1 << 16, [&](std::int64_t b, std::int64_t e) {
@@ -96,7 +118,7 @@ BenchTable rmsnorm_table(const BenchOptions& opt, const codegen::Options& co) {
       x[i + 1] = 0x3f;
       dy[i + 1] = 0x3f;
     }
-    std::vector<float> w = random_floats(static_cast<std::size_t>(C), 2), dw(static_cast<std::size_t>(C)),
+    Floats w = random_floats(static_cast<std::size_t>(C), 2), dw(static_cast<std::size_t>(C)),
                        rstd(static_cast<std::size_t>(N));
     for (const auto* k : {&gen, &generic}) {
       if (k == &gen && !gen.generated()) {
@@ -147,7 +169,7 @@ BenchTable gemm_table(const BenchOptions& opt, const codegen::Options& co) {
   const auto h = random_floats(static_cast<std::size_t>(M * C), 1), wgu = random_floats(static_cast<std::size_t>(2 * F * C), 2);
   const auto act = random_floats(static_cast<std::size_t>(M * F), 3), wdown = random_floats(static_cast<std::size_t>(C * F), 4);
   const auto xmid = random_floats(static_cast<std::size_t>(M * C), 5);
-  std::vector<float> gu(static_cast<std::size_t>(M * 2 * F)), a(static_cast<std::size_t>(M * F)),
+  Floats gu(static_cast<std::size_t>(M * 2 * F)), a(static_cast<std::size_t>(M * F)),
       out(static_cast<std::size_t>(M * C));
   {
     const auto k = codegen::GemmKernel::get({F, C, true, false, codegen::Act::swiglu, false, true}, M, co);
@@ -182,7 +204,7 @@ BenchTable gemm_table(const BenchOptions& opt, const codegen::Options& co) {
   {
     // Backward: da (M, F) = dx (M, C) @ Wdown (C, F), then the SwiGLU backward into dgu (M, 2F).
     const auto k = codegen::GemmKernel::get({F, C, false, false, codegen::Act::dswiglu, false, false}, M, co);
-    std::vector<float> da(static_cast<std::size_t>(M * F)), dgu(static_cast<std::size_t>(M * 2 * F));
+    Floats da(static_cast<std::size_t>(M * F)), dgu(static_cast<std::size_t>(M * 2 * F));
     const double fused = time_best(
         [&] { k.run({.a = xmid.data(), .lda = C, .b = wdown.data(), .ldb = F, .c = dgu.data(), .ldc = 2 * F,
                      .aux = gu.data(), .ldx = 2 * F}, M); },

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -68,26 +69,35 @@ GemmVariant default_gemm_variant() {
 std::vector<GemmVariant> gemm_candidates(const GemmSpec& spec) {
   std::vector<GemmVariant> c;
   // Register blocks that fill the register file (MR x NV accumulators + NV of B + 1 of A): with 32
-  // registers (AVX-512) 12x2, 8x3, 6x4 and 14x2; with 16 (AVX2 or less) 6x2 and 4x3. Each with a
-  // block of A rows that stays in L2 beside a panel of B.
+  // registers (AVX-512) 12x2, 14x2 and 8x3; with 16 (AVX2 or less) 6x2 and 4x3. KC: a B sliver of
+  // KC x NR floats in half of a 48 KiB L1 (192 x 32, 128 x 48), or all of K in one pass.
+  // Each with a small block of A rows (MC, the sliver reused by MC / MR strips) and a large one: the
+  // most rows whose packed block fits in 1 MiB of the L2, so that B (several MiB, from the L3) is
+  // streamed once per MC rows; at the trainer's shapes the large block is 2-4x faster to feed.
   const int w = native_vector_floats();
-  // KC: a B sliver of KC x NR floats in half of a 48 KiB L1 (192 x 32), or all of K in one pass.
+  auto large = [&](int mr) {
+    const std::int64_t rows = (std::int64_t{1} << 18) / std::max<std::int64_t>(1, spec.K) / mr * mr;
+    return static_cast<int>(std::clamp<std::int64_t>(rows, mr, 1024 / mr * mr));
+  };
   if (w == 16) {
-    for (auto [mr, nv, mc, kc] : {std::tuple{12, 2, 96, 192}, std::tuple{14, 2, 112, 192}, std::tuple{12, 2, 96, 0},
-                                  std::tuple{14, 2, 112, 0}, std::tuple{8, 3, 64, 128}, std::tuple{6, 4, 48, 96}})
+    for (auto [mr, nv, mc, kc] : {std::tuple{12, 2, 96, 192}, std::tuple{14, 2, 112, 192}, std::tuple{8, 3, 64, 128}}) {
       c.push_back(micro_variant(mr, nv, mc, kc, w));
+      c.push_back(micro_variant(mr, nv, large(mr), kc, w));
+    }
   } else {
-    for (auto [mr, nv, mc, kc] : {std::tuple{6, 2, 96, 256}, std::tuple{4, 3, 64, 256}, std::tuple{6, 2, 48, 0}})
+    for (auto [mr, nv, mc, kc] : {std::tuple{6, 2, 96, 256}, std::tuple{4, 3, 64, 256}}) {
       c.push_back(micro_variant(mr, nv, mc, kc, w));
+      c.push_back(micro_variant(mr, nv, large(mr), kc, w));
+    }
   }
   // OpenBLAS per tile (it re-packs B per call): full-width tiles of 128 rows, and of 1024 rows, which
   // is one sgemm per thread's row block at the trainer's sizes (OpenBLAS's own speed, the epilogue then
   // reading the block back from L2/L3: the unfused pair inside one kernel, as Inductor keeps the
   // library GEMM among its candidates).
-  for (auto [tm, tn] : {std::pair{128, 1 << 20}, std::pair{1024, 1 << 20}, std::pair{256, 256}}) {
+  for (int tm : {128, 1024}) {
     GemmVariant v;
     v.tile_m = tm;
-    v.tile_n = static_cast<int>(std::min<std::int64_t>(tn, spec.N));
+    v.tile_n = static_cast<int>(std::min<std::int64_t>(1 << 20, spec.N));
     c.push_back(v);
   }
   // Duplicates (tile_n clamped to a small N) would be compiled and timed twice.
@@ -209,34 +219,100 @@ int time_candidates_in_children(std::size_t n, const std::function<double(std::s
 
 namespace {
 
-// Seconds per call of `fn` on `rows` rows of random operands, single-threaded: best of 5 after a warm-up.
-// A call includes packing B (once per product, as run() does; its share is one thread's of `threads`).
-double time_gemm(const GemmSpec& s, const LoadedKernel& lib, std::int64_t rows, int threads) {
-  auto fn = reinterpret_cast<lmcore_gemm_fn>(lib.symbol("lmcore_gemm_epilogue"));
+// Floats on 64-byte boundaries (whole cache lines: a zmm load that straddles two lines costs two, and
+// malloc's large blocks start 16 bytes past a page), kept by a thread between calls so that the pages
+// are not faulted in again every time.
+class AlignedFloats {
+ public:
+  AlignedFloats() = default;
+  AlignedFloats(const AlignedFloats&) = delete;
+  AlignedFloats& operator=(const AlignedFloats&) = delete;
+  ~AlignedFloats() { std::free(p_); }
+  float* get(std::int64_t n) {
+    if (n > n_) {
+      std::free(p_);
+      const std::size_t bytes = (static_cast<std::size_t>(n) * 4 + 63) / 64 * 64;
+      p_ = static_cast<float*>(std::aligned_alloc(64, bytes));
+      LMCORE_CHECK(p_ != nullptr, "codegen gemm: cannot allocate {} bytes of working memory", bytes);
+      n_ = n;
+    }
+    return p_;
+  }
+
+ private:
+  float* p_ = nullptr;
+  std::int64_t n_ = 0;
+};
+
+// What run() needs of a loaded kernel (fn null: the generic kernel).
+struct Entry {
+  lmcore_gemm_fn fn = nullptr;
+  lmcore_gemm_pack_b_fn pack_b = nullptr;
+  std::int64_t scratch_floats = 0, packed_panels = 0, packed_floats = 0;
+};
+
+// The product over M rows on lmcore's pool: 1. B packed once into a buffer of the calling thread (kept
+// between calls), the panels split over the threads; 2. the row blocks, each on every panel of the
+// shared copy. Block boundaries on multiples of 16 rows (whole tiles of every variant's row blocking).
+void run_parallel(const GemmSpec& s, const Entry& e, const GemmOperands& o, std::int64_t M) {
+  const std::int64_t threads = in_parallel_region() ? 1 : num_threads();
+  const std::int64_t parts = std::max<std::int64_t>(1, std::min<std::int64_t>(threads, M / 16));
+  const BlasSingleThreaded guard;
+  // (A thread_local is not captured: the workers see the pointer.)
+  thread_local AlignedFloats packed;
+  float* const packed_b = e.fn && e.packed_panels > 0 ? packed.get(e.packed_floats) : nullptr;
+  if (packed_b) {
+    const lmcore_gemm_args pa{o.a, o.b, o.c, o.pre, o.bias, o.residual, detail::sgemm_callback, nullptr, packed_b,
+                              o.aux, o.lda, o.ldb, o.ldc, o.ldp, o.ldr, o.ldx, 0, M};
+    parallel_for(0, e.packed_panels, 1, [&](std::int64_t q0, std::int64_t q1) { e.pack_b(&pa, packed_b, q0, q1); });
+  }
+  parallel_for(0, parts, 1, [&](std::int64_t p0, std::int64_t p1) {
+    for (std::int64_t p = p0; p < p1; ++p) {
+      const std::int64_t lo = (M * p / parts) / 16 * 16;
+      const std::int64_t hi = p + 1 == parts ? M : (M * (p + 1) / parts) / 16 * 16;
+      if (hi <= lo) continue;
+      thread_local AlignedFloats scratch;
+      const lmcore_gemm_args args{o.a,   o.b,   o.c,   o.pre, o.bias, o.residual, detail::sgemm_callback,
+                                  scratch.get(e.scratch_floats), packed_b, o.aux, o.lda, o.ldb, o.ldc, o.ldp, o.ldr,
+                                  o.ldx, lo, hi};
+      if (e.fn) e.fn(&args);
+      else detail::generic_gemm(s, args);
+    }
+  });
+}
+
+// Seconds per product of M rows of random operands, run as run() runs it (B packed by the threads,
+// then the row blocks on every thread of the pool): best of 5 after a warm-up. All threads: a core
+// that wins alone may lose when both cores share the L3 and the memory bandwidth.
+double time_gemm(const GemmSpec& s, const LoadedKernel& lib, std::int64_t M) {
+  Entry e;
+  e.fn = reinterpret_cast<lmcore_gemm_fn>(lib.symbol("lmcore_gemm_epilogue"));
+  e.pack_b = reinterpret_cast<lmcore_gemm_pack_b_fn>(lib.symbol("lmcore_gemm_pack_b"));
   auto sz = reinterpret_cast<lmcore_gemm_scratch_floats_fn>(lib.symbol("lmcore_gemm_scratch_floats"));
   auto panels = reinterpret_cast<lmcore_gemm_scratch_floats_fn>(lib.symbol("lmcore_gemm_packed_panels"));
   auto packed_floats = reinterpret_cast<lmcore_gemm_scratch_floats_fn>(lib.symbol("lmcore_gemm_packed_floats"));
-  auto pack = reinterpret_cast<lmcore_gemm_pack_b_fn>(lib.symbol("lmcore_gemm_pack_b"));
-  if (!fn || !sz || !panels || !packed_floats || !pack) return -1.0;
+  if (!e.fn || !sz || !panels || !packed_floats || !e.pack_b) return -1.0;
+  e.scratch_floats = sz();
+  e.packed_panels = panels();
+  e.packed_floats = packed_floats();
   const std::int64_t N = s.N, NB = s.nb(), K = s.K, NC = s.out_cols();
-  auto vec = [](std::int64_t n) { return std::vector<float>(static_cast<std::size_t>(n)); };
-  std::vector<float> a = vec(rows * K), b = vec(NB * K), c = vec(rows * NC), pre = vec(rows * NB), bias = vec(NB),
-                     res = vec(rows * N), aux = vec(rows * 2 * N), scratch = vec(sz()), packed = vec(packed_floats());
+  // Operands on 64-byte boundaries, as the trainer's arena and parameters are.
+  AlignedFloats a, b, c, pre, bias, res, aux;
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> d(-1, 1);
-  for (auto* v : {&a, &b, &bias, &res, &aux})
-    for (auto& x : *v) x = d(rng);
-  const lmcore_gemm_args args{a.data(),   b.data(), c.data(), pre.data(), bias.data(), res.data(), detail::sgemm_callback,
-                              scratch.data(), packed.data(), aux.data(), K, s.b_trans ? K : NB, NC, NB, N, 2 * N, 0, rows};
-  const std::int64_t P = panels(), share = (P + threads - 1) / std::max(1, threads);
-  const BlasSingleThreaded guard;
-  pack(&args, packed.data(), 0, P);
-  fn(&args);
+  auto random = [&](AlignedFloats& v, std::int64_t n) {
+    float* p = v.get(n);
+    for (std::int64_t i = 0; i < n; ++i) p[i] = d(rng);
+    return p;
+  };
+  const GemmOperands ops{random(a, M * K), K,     random(b, NB * K),  s.b_trans ? K : NB, c.get(M * NC),
+                         NC,               pre.get(M * NB), NB, random(bias, NB), random(res, M * N),
+                         N,                random(aux, M * 2 * N), 2 * N};
+  run_parallel(s, e, ops, M);
   double best = INFINITY;
   for (int r = 0; r < 5; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
-    pack(&args, packed.data(), 0, std::min(P, share));
-    fn(&args);
+    run_parallel(s, e, ops, M);
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return best;
@@ -251,12 +327,13 @@ GemmVariant tuned_variant(const GemmSpec& spec, std::int64_t M, const Options& o
   const auto cands = gemm_candidates(spec);
   std::vector<GeneratedSource> sources;
   for (const auto& v : cands) sources.push_back(generate_gemm(spec, v));
-  // The candidates' sources are in the key: a changed template or candidate list is tuned again.
+  // The candidates' sources are in the key (a changed template or candidate list is tuned again), and
+  // the thread count (candidates are timed on every thread of the pool).
   std::string all_sources;
   for (const auto& g : sources) all_sources += g.source;
   const std::string tune_key =
-      detail::sha256_hex(fmt::format("gemm-tune 2 abi {}\n{}\nM={}\n{} {}\n{}\n{}\n{}", LMCORE_KERNEL_ABI_VERSION,
-                                     spec.to_string(), bucket, cc->path, cc->version, cc->flags_string(),
+      detail::sha256_hex(fmt::format("gemm-tune 3 abi {}\n{}\nM={} threads={}\n{} {}\n{}\n{}\n{}",
+                                     LMCORE_KERNEL_ABI_VERSION, spec.to_string(), bucket, num_threads(), cc->path, cc->version, cc->flags_string(),
                                      detail::cpu_features(), detail::sha256_hex(all_sources)))
           .substr(0, 40);
   KernelCache cache(o.cache_dir, o.cache_max_bytes);
@@ -268,8 +345,8 @@ GemmVariant tuned_variant(const GemmSpec& spec, std::int64_t M, const Options& o
     }
   }
   const auto loaded = load_kernels(sources, o);
-  // The rows one thread gets in a full-machine run (at least one tile, at most 512 for a quick tuning).
-  const std::int64_t rows = std::clamp<std::int64_t>(M / std::max(1, num_threads()), 16, 512);
+  // The product as the caller runs it, on every thread (at most 4096 rows, for a quick tuning).
+  const std::int64_t rows = std::clamp<std::int64_t>(M, 16, 4096);
   // Three rounds over all candidates, each candidate's best kept: on a shared machine a disturbance
   // then spoils one sample of a candidate, not its figure.
   std::vector<double> secs(cands.size(), INFINITY);
@@ -277,7 +354,7 @@ GemmVariant tuned_variant(const GemmSpec& spec, std::int64_t M, const Options& o
     std::vector<double> r;
     time_candidates_in_children(
         cands.size(),
-        [&](std::size_t i) { return time_gemm(spec, loaded[i], rows, std::max(1, num_threads())); },
+        [&](std::size_t i) { return time_gemm(spec, loaded[i], rows); },
         30.0, &r);
     for (std::size_t i = 0; i < cands.size(); ++i) secs[i] = std::min(secs[i], r[i]);
   }
@@ -363,36 +440,7 @@ void GemmKernel::run(const GemmOperands& o, std::int64_t M) const {
   LMCORE_CHECK(s.act != Act::dswiglu || o.ldx >= 2 * s.N, "codegen gemm: ldx {} < 2N {}", o.ldx, 2 * s.N);
   LMCORE_CHECK(!s.store_pre || o.ldp >= s.nb(), "codegen gemm: ldp {} < {}", o.ldp, s.nb());
   LMCORE_CHECK(!s.residual || o.ldr >= s.N, "codegen gemm: ldr {} < N {}", o.ldr, s.N);
-  const std::int64_t threads = in_parallel_region() ? 1 : num_threads();
-  const std::int64_t parts = std::max<std::int64_t>(1, std::min<std::int64_t>(threads, M / 16));
-  const BlasSingleThreaded guard;
-  // 1. B packed once into a buffer of the calling thread (kept between calls), the panels split over
-  //    the threads; 2. the row blocks, each on every panel of the shared copy.
-  // (A thread_local is not captured: the workers see the pointer.)
-  thread_local std::vector<float> packed;
-  if (fn_ && packed_panels_ > 0 && packed.size() < static_cast<std::size_t>(packed_floats_))
-    packed.resize(static_cast<std::size_t>(packed_floats_));
-  float* const packed_b = packed.data();
-  if (fn_ && packed_panels_ > 0) {
-    const lmcore_gemm_args pa{o.a, o.b, o.c, o.pre, o.bias, o.residual, detail::sgemm_callback, nullptr, packed_b,
-                              o.aux, o.lda, o.ldb, o.ldc, o.ldp, o.ldr, o.ldx, 0, M};
-    parallel_for(0, packed_panels_, 1, [&](std::int64_t q0, std::int64_t q1) { pack_b_(&pa, packed_b, q0, q1); });
-  }
-  parallel_for(0, parts, 1, [&](std::int64_t p0, std::int64_t p1) {
-    for (std::int64_t p = p0; p < p1; ++p) {
-      // Block boundaries on multiples of 16 rows (whole tiles of every variant's row blocking).
-      const std::int64_t lo = (M * p / parts) / 16 * 16;
-      const std::int64_t hi = p + 1 == parts ? M : (M * (p + 1) / parts) / 16 * 16;
-      if (hi <= lo) continue;
-      // Working memory kept per thread between calls (a fresh buffer per call would fault in its pages).
-      thread_local std::vector<float> scratch;
-      if (scratch.size() < static_cast<std::size_t>(scratch_floats_)) scratch.resize(static_cast<std::size_t>(scratch_floats_));
-      const lmcore_gemm_args args{o.a,   o.b,   o.c,   o.pre, o.bias, o.residual, detail::sgemm_callback, scratch.data(),
-                                  packed_b, o.aux, o.lda, o.ldb, o.ldc, o.ldp, o.ldr, o.ldx, lo, hi};
-      if (fn_) fn_(&args);
-      else detail::generic_gemm(s, args);
-    }
-  });
+  run_parallel(s, {fn_, pack_b_, scratch_floats_, packed_panels_, packed_floats_}, o, M);
 }
 
 }  // namespace lmcore::codegen

@@ -293,6 +293,20 @@ static inline vf vrcp(vf x) {
   return 1.0f / x;
 #endif
 }
+// A store that bypasses the caches (whole 64-byte lines only): for the stored product P, which the
+// backward reads long after; a regular store would first read each line from memory (write-allocate)
+// and push the tiles the kernel still needs out of the caches. Callers end with sfence_nt().
+static inline void st_nt(float* p, vf v) {
+#if W == 16 && defined(__AVX512F__)
+  if (((uintptr_t)p & 63) == 0) { _mm512_stream_ps(p, (__m512)v); return; }
+#endif
+  st_f32(p, v);
+}
+static inline void sfence_nt(void) {
+#if W == 16 && defined(__AVX512F__)
+  _mm_sfence();  // the streaming stores are visible to other threads once the kernel returns
+#endif
+}
 static inline vf vsilu(vf x) { return x * vrcp(1.0f + vexp(-x)); }
 static inline vf vgelu(vf x) {
   // 0.5 x (1 + tanh(u)) = x - x / (1 + e^(2u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
@@ -402,7 +416,7 @@ static void epilogue_row(const lmcore_gemm_args* a, int64_t m, int64_t n0, int64
     vf gv = ld_f32(g + j), uv = splat(0);
     if (SWIGLU) uv = ld_f32(u + j);
     if (BIAS) { gv += ld_f32(bias + j); if (SWIGLU) uv += ld_f32(bias + N + j); }
-    if (PRE) { st_f32(pre + j, gv); if (SWIGLU) st_f32(pre + N + j, uv); }
+    if (PRE) { st_nt(pre + j, gv); if (SWIGLU) st_nt(pre + N + j, uv); }
     vf y = act_v(gv, uv);
     if (RES) y += ld_f32(res + j);
     st_f32(c + j, y);
@@ -445,6 +459,7 @@ LMC_EXPORT void lmcore_gemm_epilogue(const lmcore_gemm_args* a) {
       for (int64_t i = 0; i < mr; ++i) epilogue_row(a, m0 + i, n0, nc, g + i * ldt, SWIGLU ? u + i * ldt : 0);
     }
   }
+  sfence_nt();
 }
 )";
   } else {
@@ -463,7 +478,10 @@ static const int64_t NPAN = (N + NR - 1) / NR;
 static const int64_t PANELS = SWIGLU ? 2 * NPAN : NPAN;
 LMC_EXPORT int64_t lmcore_gemm_packed_panels(void) { return PANELS; }
 LMC_EXPORT int64_t lmcore_gemm_packed_floats(void) { return PANELS * K * NR; }
-LMC_EXPORT int64_t lmcore_gemm_scratch_floats(void) { return MC * K + 2 * MC * NR; }
+// The packed A block, then the tiles; the caller's scratch is 64-byte aligned, and so are the tiles
+// (a zmm load or store across two cache lines costs two).
+static const int64_t PA_FLOATS = (MC * K + 15) / 16 * 16;
+LMC_EXPORT int64_t lmcore_gemm_scratch_floats(void) { return PA_FLOATS + 2 * MC * NR; }
 LMC_EXPORT void lmcore_gemm_pack_b(const lmcore_gemm_args* a, float* packed, int64_t q0, int64_t q1) {
   for (int64_t q = q0; q < q1; ++q) {
     const int64_t p = q % NPAN, c0 = p * NR + (q >= NPAN ? N : 0);
@@ -532,7 +550,7 @@ static inline void micro(const float* __restrict pa, const float* __restrict pb,
 }
 LMC_EXPORT void lmcore_gemm_epilogue(const lmcore_gemm_args* a) {
   float* pa = a->scratch;
-  float* tg = pa + MC * K;  // MC x NR tiles of the block (gate, or the whole product)
+  float* tg = pa + PA_FLOATS;  // MC x NR tiles of the block (gate, or the whole product)
   float* tu = tg + MC * NR; // up tiles (swiglu)
   for (int64_t m0 = a->row_begin; m0 < a->row_end; m0 += MC) {
     const int64_t mc = a->row_end - m0 < MC ? a->row_end - m0 : MC;
@@ -543,14 +561,15 @@ LMC_EXPORT void lmcore_gemm_epilogue(const lmcore_gemm_args* a) {
       const float* pu = SWIGLU ? a->packed_b + (NPAN + p) * K * NR : pg;
       for (int64_t k0 = 0; k0 < K; k0 += KC) {
         const int64_t kc = K - k0 < KC ? K - k0 : KC;
-        for (int64_t i0 = 0; i0 < mc; i0 += MR) {
-          micro(pa + k0 * MC + i0 * kc, pg + k0 * NR, kc, tg + i0 * NR, k0 == 0);
-          if (SWIGLU) micro(pa + k0 * MC + i0 * kc, pu + k0 * NR, kc, tu + i0 * NR, k0 == 0);
-        }
+        // The gate sliver, then the up sliver: one sliver at a time in L1 (two would fill it).
+        for (int64_t i0 = 0; i0 < mc; i0 += MR) micro(pa + k0 * MC + i0 * kc, pg + k0 * NR, kc, tg + i0 * NR, k0 == 0);
+        if (SWIGLU)
+          for (int64_t i0 = 0; i0 < mc; i0 += MR) micro(pa + k0 * MC + i0 * kc, pu + k0 * NR, kc, tu + i0 * NR, k0 == 0);
       }
       for (int64_t i = 0; i < mc; ++i) epilogue_row(a, m0 + i, n0, cols, tg + i * NR, tu + i * NR);
     }
   }
+  sfence_nt();
 }
 )";
   }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <random>
 
 #include "codegen_test_util.h"
@@ -38,8 +39,26 @@ constexpr double kU = 1.0 / (1 << 24);
                                        << bound[worst];
 }
 
-// Runs `k` on M rows with padded leading dimensions and checks C and (when stored) P.
-void check_gemm(const GemmKernel& k, std::int64_t M, unsigned seed) {
+// Buffers on 64-byte boundaries (the kernels' streaming stores need whole aligned lines).
+template <class T>
+struct Aligned64 {
+  using value_type = T;
+  Aligned64() = default;
+  template <class U>
+  Aligned64(const Aligned64<U>&) {}
+  T* allocate(std::size_t n) { return static_cast<T*>(std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64)); }
+  void deallocate(T* p, std::size_t) { std::free(p); }
+  template <class U>
+  bool operator==(const Aligned64<U>&) const { return true; }
+  template <class U>
+  bool operator!=(const Aligned64<U>&) const { return false; }
+};
+using Floats = std::vector<float, Aligned64<float>>;
+
+// Runs `k` on M rows with padded leading dimensions and checks C and (when stored) P. Padding: 3 floats
+// (rows start anywhere), or with `aligned_rows` up to the next 16 floats plus 16 (every row on a 64-byte
+// boundary, as in the trainer's arena: the path of the streaming stores).
+void check_gemm(const GemmKernel& k, std::int64_t M, unsigned seed, bool aligned_rows = false) {
   const GemmSpec& s = k.spec();
   SCOPED_TRACE(s.to_string() + " variant " + k.variant() + " M=" + std::to_string(M));
   const std::int64_t N = s.N, K = s.K, NB = s.nb(), NC = s.out_cols();
@@ -49,9 +68,10 @@ void check_gemm(const GemmKernel& k, std::int64_t M, unsigned seed) {
   // Dense copies for the reference; padded (ld = size + 3) buffers for the kernel.
   std::vector<float> a(M * K), b(NB * K), bias(NB), res(M * N), aux(M * 2 * N);
   fill(a); fill(b); fill(bias); fill(res); fill(aux);
-  const std::int64_t lda = K + 3, ldb = (s.b_trans ? K : NB) + 3, ldc = NC + 3, ldp = NB + 3, ldr = N + 3,
-                     ldx = 2 * N + 3;
-  std::vector<float> ap(M * lda, NAN), bp((s.b_trans ? NB : K) * ldb, NAN), rp(M * ldr, NAN);
+  auto ld = [&](std::int64_t cols) { return aligned_rows ? (cols + 15) / 16 * 16 + 16 : cols + 3; };
+  const std::int64_t lda = ld(K), ldb = ld(s.b_trans ? K : NB), ldc = ld(NC), ldp = ld(NB), ldr = ld(N),
+                     ldx = ld(2 * N);
+  Floats ap(M * lda, NAN), bp((s.b_trans ? NB : K) * ldb, NAN), rp(M * ldr, NAN);
   for (std::int64_t m = 0; m < M; ++m)
     for (std::int64_t i = 0; i < K; ++i) ap[m * lda + i] = a[m * K + i];
   const std::int64_t brows = s.b_trans ? NB : K, bcols = s.b_trans ? K : NB;
@@ -59,10 +79,10 @@ void check_gemm(const GemmKernel& k, std::int64_t M, unsigned seed) {
     for (std::int64_t i = 0; i < bcols; ++i) bp[r * ldb + i] = b[r * bcols + i];
   for (std::int64_t m = 0; m < M; ++m)
     for (std::int64_t i = 0; i < N; ++i) rp[m * ldr + i] = res[m * N + i];
-  std::vector<float> xp(M * ldx, NAN);
+  Floats xp(M * ldx, NAN);
   for (std::int64_t m = 0; m < M; ++m)
     for (std::int64_t i = 0; i < 2 * N; ++i) xp[m * ldx + i] = aux[m * 2 * N + i];
-  std::vector<float> c(M * ldc, -7.0f), pre(M * ldp, -7.0f);
+  Floats c(M * ldc, -7.0f), pre(M * ldp, -7.0f);
   GemmOperands o{ap.data(), lda, bp.data(), ldb, c.data(), ldc, pre.data(), ldp, bias.data(), rp.data(), ldr,
                  xp.data(), ldx};
   k.run(o, M);
@@ -121,6 +141,7 @@ void check_gemm(const GemmKernel& k, std::int64_t M, unsigned seed) {
     for (std::int64_t m = 0; m < M; ++m)
       for (std::int64_t n = 0; n < NB; ++n) got_p[m * NB + n] = pre[m * ldp + n];
     EXPECT_TRUE(close("pre", got_p, want_p, ep));
+    for (std::int64_t m = 0; m < M; ++m) EXPECT_EQ(pre[m * ldp + NB], -7.0f) << "wrote past column NB of row " << m;
   } else {
     EXPECT_EQ(pre[0], -7.0f) << "pre written although the spec does not store it";
   }
@@ -188,6 +209,35 @@ TEST(CodegenGemm, ShapesAndEpiloguesMatchReference) {
       check_gemm(GemmKernel::generic(make(N, K, true, e)), 40, 9);
       check_gemm(GemmKernel::generic(make(N, K, false, e)), 17, 10);
     }
+}
+
+// Rows on 64-byte boundaries (the stored product goes through streaming stores there) and row blocks
+// larger than the rows a thread gets (the tuner's large-MC candidates), at sizes that leave ragged
+// panels and vectors (N 65, K 130) and whole ones (N 64).
+TEST(CodegenGemm, AlignedRowsAndLargeRowBlocksMatchReference) {
+  const Options o = testing::test_options();
+  const bool cc = testing::have_compiler();
+  std::vector<GemmVariant> variants{default_gemm_variant()};
+  for (const auto& v : gemm_candidates({64, 130, true, false, Act::swiglu, false, true}))
+    if (v.core == GemmVariant::micro && v.block_m > 200) variants.push_back(v);  // large blocks
+  ASSERT_GT(variants.size(), 1u) << "no large-block candidate";
+  GemmVariant blas;
+  blas.tile_m = 128, blas.tile_n = 1 << 20;
+  variants.push_back(blas);
+  std::vector<std::pair<GemmSpec, GemmVariant>> cases;
+  for (const auto& v : variants)
+    for (std::int64_t N : {64, 65})
+      for (const Epi& e : {kEpilogues[3], kEpilogues[4], kEpilogues[5], kEpilogues[6]}) cases.push_back({make(N, 130, true, e), v});
+  std::vector<GeneratedSource> sources;
+  for (const auto& [s, v] : cases) sources.push_back(generate_gemm(s, v));
+  load_kernels(sources, o);
+  for (const auto& [s, v] : cases) {
+    const GemmKernel k = GemmKernel::get(s, 200, o, &v);
+    EXPECT_EQ(k.generated(), cc) << k.why_generic();
+    check_gemm(k, 200, 11, true);
+    check_gemm(k, 67, 12, true);
+    check_gemm(k, 33, 13, false);
+  }
 }
 
 TEST(CodegenGemm, AutotunePicksAndRecordsAWinner) {

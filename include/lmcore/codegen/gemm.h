@@ -14,8 +14,10 @@
 // the same on every run at the same thread count. The "micro" core packs B once per run (the threads
 // split the panels), then the row blocks run on the shared copy. Autotuning compiles the candidate variants (blas
 // tiles and generated micro-kernels), times each in a forked child (a candidate that crashes or hangs
-// is dropped, the caller survives) on the real shape, and records the winner in the cache's tune/ for
-// this spec, row-count bucket, compiler and CPU; LMCORE_AUTOTUNE=0 takes the default variant untimed.
+// is dropped, the caller survives) on the real shape run as run() runs it, on every thread of the pool
+// (a variant that wins on one core can lose when both share the caches and the memory), and records
+// the winner in the cache's tune/ for this spec, row-count bucket, thread count, compiler and CPU;
+// LMCORE_AUTOTUNE=0 takes the default variant untimed.
 #pragma once
 
 #include <cstdint>
