@@ -67,6 +67,8 @@ int warm(const codegen::Options& o, const std::string& config, std::int64_t batc
   codegen::ModelShapes shapes;
   shapes.dim = mc.dim;
   shapes.ffn_dim = mc.ffn_dim;
+  shapes.q_dim = mc.q_dim();
+  shapes.qkv_dim = mc.q_dim() + 2 * mc.kv_dim();
   shapes.tokens = batch * seq;
   shapes.eps = static_cast<float>(mc.norm_eps);
   shapes.dtype = dtype == "bf16" ? codegen::DType::bf16 : codegen::DType::f32;

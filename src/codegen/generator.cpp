@@ -440,7 +440,9 @@ static void epilogue_row(const lmcore_gemm_args* a, int64_t m, int64_t n0, int64
 // while it is still in L1/L2.
 static inline const float* bcol(const lmcore_gemm_args* a, int64_t n) { return BT ? a->b + n * a->ldb : a->b + n; }
 static const int64_t TNE = TN < N ? TN : N;
-LMC_EXPORT int64_t lmcore_gemm_scratch_floats(void) { return PRE ? 0 : TM * TNE * (SWIGLU ? 2 : 1); }
+// A plain product (no bias, activation, residual or stored P): sgemm writes C itself, no epilogue pass.
+#define PLAIN (ACT == 0 && !BIAS && !RES && !PRE)
+LMC_EXPORT int64_t lmcore_gemm_scratch_floats(void) { return PRE || PLAIN ? 0 : TM * TNE * (SWIGLU ? 2 : 1); }
 LMC_EXPORT int64_t lmcore_gemm_packed_panels(void) { return 0; }
 LMC_EXPORT int64_t lmcore_gemm_packed_floats(void) { return 0; }
 LMC_EXPORT void lmcore_gemm_pack_b(const lmcore_gemm_args*, float*, int64_t, int64_t) {}
@@ -452,6 +454,10 @@ LMC_EXPORT void lmcore_gemm_epilogue(const lmcore_gemm_args* a) {
     for (int64_t n0 = 0; n0 < N; n0 += tn) {
       const int64_t nc = N - n0 < tn ? N - n0 : tn;
       float* g; float* u = 0; int64_t ldt;
+      if (PLAIN) {
+        a->sgemm(BT, mr, nc, K, a->a + m0 * a->lda, a->lda, bcol(a, n0), a->ldb, a->c + m0 * a->ldc + n0, a->ldc);
+        continue;
+      }
       if (PRE) { g = a->pre + m0 * a->ldp + n0; u = g + N; ldt = a->ldp; }
       else { g = buf; u = buf + TM * tn; ldt = tn; }
       a->sgemm(BT, mr, nc, K, a->a + m0 * a->lda, a->lda, bcol(a, n0), a->ldb, g, ldt);

@@ -97,6 +97,16 @@ void Llama::Impl::norm_forward(float* out32, float* rstd, const float* x, const 
   else rmsnorm_forward(out32, rstd, x, norm_weight(w), N, C, eps);
 }
 
+void Llama::Impl::o_proj_forward(const BlockActs& b, const std::byte* wo) {
+  if (cg) {  // f32: the residual added to each tile of the product while it is in cache
+    cg->o_proj.run({.a = static_cast<const float*>(b.y), .lda = Q, .b = reinterpret_cast<const float*>(wo), .ldb = Q,
+                    .c = b.x_mid, .ldc = C, .residual = b.x_in, .ldr = C}, N);
+    return;
+  }
+  std::memcpy(b.x_mid, b.x_in, static_cast<std::size_t>(N * C) * 4);
+  detail::gemm(ct, false, true, N, C, Q, 1.0f, b.y, Q, wo, Q, 1.0f, b.x_mid, C);
+}
+
 void Llama::Impl::swiglu_from_stored(void* a, const void* gu) {
   if (f32()) {
     swiglu_forward(static_cast<float*>(a), static_cast<const float*>(gu), N, F);
@@ -119,14 +129,16 @@ void Llama::Impl::block_forward(const BlockActs& b, const std::byte* w, float* x
   store(b.h1, h1_32, N * C);
   // qkv (N, QKV) = h1 @ Wqkv^T, then RoPE on the q and k heads
   float* qkv_32 = f32() ? static_cast<float*>(b.qkv) : sA;
-  detail::gemm(ct, false, true, N, QKV, C, 1.0f, b.h1, C, wqkv, C, 0.0f, qkv_32, QKV);
+  if (cg)
+    cg->qkv.run({.a = static_cast<const float*>(b.h1), .lda = C, .b = reinterpret_cast<const float*>(wqkv), .ldb = C,
+                 .c = qkv_32, .ldc = QKV}, N);
+  else
+    detail::gemm(ct, false, true, N, QKV, C, 1.0f, b.h1, C, wqkv, C, 0.0f, qkv_32, QKV);
   rope_forward(qkv_32, N, T, QKV, Hq + Hkv, rope);
   store(b.qkv, qkv_32, N * QKV);
   // y (N, Q) = attention(q, k, v); lse (B, Hq, T)
   attention_forward(b);
-  // x_mid (N, C) = x_in + y @ Wo^T
-  std::memcpy(b.x_mid, b.x_in, static_cast<std::size_t>(N * C) * 4);
-  detail::gemm(ct, false, true, N, C, Q, 1.0f, b.y, Q, wo, Q, 1.0f, b.x_mid, C);
+  o_proj_forward(b, wo);
   // h2 (N, C) = rmsnorm(x_mid) * post_norm
   float* h2_32 = f32() ? static_cast<float*>(b.h2) : sA;
   norm_forward(h2_32, b.rstd2, b.x_mid, w + off.post_norm * cs, eps);
@@ -162,10 +174,7 @@ void Llama::Impl::block_backward(const BlockActs& b, const std::byte* w, float* 
   // x_mid (N, C) = x_in + y @ Wo^T, h2 (N, C) = rmsnorm(x_mid) (rstd2 rewritten with the same values)
   // and gu (N, 2F) = h2 @ Wgu^T again, as the forward formed them (after a fresh block_forward only h2,
   // which shares its buffer with h1)
-  if (!recompute) {
-    std::memcpy(b.x_mid, b.x_in, static_cast<std::size_t>(N * C) * 4);
-    detail::gemm(ct, false, true, N, C, Q, 1.0f, b.y, Q, wo, Q, 1.0f, b.x_mid, C);
-  }
+  if (!recompute) o_proj_forward(b, wo);
   float* h2_32 = f32() ? static_cast<float*>(b.h2) : sA;
   norm_forward(h2_32, b.rstd2, b.x_mid, w + off.post_norm * cs, eps);
   store(b.h2, h2_32, N * C);
@@ -194,7 +203,11 @@ void Llama::Impl::block_backward(const BlockActs& b, const std::byte* w, float* 
   }
   const void* dgu_c = as_compute(sC, cA, N * 2 * F);
   // dh2 (N, C) = dgu @ Wgu;  dWgu (2F, C) += dgu^T @ h2
-  detail::gemm(ct, false, false, N, C, 2 * F, 1.0f, dgu_c, 2 * F, wgu, C, 0.0f, sB, C);
+  if (cg)
+    cg->gate_up_dinput.run({.a = sC, .lda = 2 * F, .b = reinterpret_cast<const float*>(wgu), .ldb = C, .c = sB, .ldc = C},
+                           N);
+  else
+    detail::gemm(ct, false, false, N, C, 2 * F, 1.0f, dgu_c, 2 * F, wgu, C, 0.0f, sB, C);
   detail::gemm(ct, true, false, 2 * F, C, N, 1.0f, dgu_c, 2 * F, b.h2, C, 1.0f, g + off.wgu, C);
   // dx += rmsnorm'(dh2);  d post_norm += ...
   if (cg) cg->norm.backward(dx, g + off.post_norm, sB, b.x_mid, norm_weight(w + off.post_norm * cs), b.rstd2, N);
@@ -204,7 +217,10 @@ void Llama::Impl::block_backward(const BlockActs& b, const std::byte* w, float* 
   // dy (N, Q) = dx @ Wo;  dWo (C, Q) += dx^T @ y
   // (dy must not share memory with sA, where the per-row backward of document masks writes dqkv while
   // later rows still read dy.)
-  detail::gemm(ct, false, false, N, Q, C, 1.0f, dx_c, C, wo, Q, 0.0f, sB, Q);
+  if (cg)
+    cg->o_dinput.run({.a = dx, .lda = C, .b = reinterpret_cast<const float*>(wo), .ldb = Q, .c = sB, .ldc = Q}, N);
+  else
+    detail::gemm(ct, false, false, N, Q, C, 1.0f, dx_c, C, wo, Q, 0.0f, sB, Q);
   detail::gemm(ct, true, false, C, Q, N, 1.0f, dx_c, C, b.y, Q, 1.0f, g + off.wo, Q);
   const void* dy_c = as_compute(sB, cA, N * Q);
   // dqkv (N, QKV) f32 in sA, through flex attention's backward and RoPE's transpose
@@ -215,7 +231,10 @@ void Llama::Impl::block_backward(const BlockActs& b, const std::byte* w, float* 
   norm_forward(h1_32, b.rstd1, b.x_in, w + off.input_norm * cs, eps);
   store(b.h1, h1_32, N * C);
   // dh1 (N, C) = dqkv @ Wqkv;  dWqkv (QKV, C) += dqkv^T @ h1
-  detail::gemm(ct, false, false, N, C, QKV, 1.0f, dqkv_c, QKV, wqkv, C, 0.0f, sC, C);
+  if (cg)
+    cg->qkv_dinput.run({.a = sA, .lda = QKV, .b = reinterpret_cast<const float*>(wqkv), .ldb = C, .c = sC, .ldc = C}, N);
+  else
+    detail::gemm(ct, false, false, N, C, QKV, 1.0f, dqkv_c, QKV, wqkv, C, 0.0f, sC, C);
   detail::gemm(ct, true, false, QKV, C, N, 1.0f, dqkv_c, QKV, b.h1, C, 1.0f, g + off.wqkv, C);
   // dx += rmsnorm'(dh1);  d input_norm += ...
   if (cg) cg->norm.backward(dx, g + off.input_norm, sC, b.x_in, norm_weight(w + off.input_norm * cs), b.rstd1, N);

@@ -9,6 +9,7 @@
 
 #include "lmcore/attention/block_mask.h"
 #include "lmcore/attention/flex_attention.h"
+#include "lmcore/codegen/model_kernels.h"
 #include "lmcore/core/allocator.h"
 #include "lmcore/core/error.h"
 #include "lmcore/loss/cross_entropy.h"
@@ -80,11 +81,18 @@ Llama::Llama(const ModelConfig& config, const ModelOptions& options)
   if (options_.codegen && m.f32()) {
     const auto o = codegen::Options::from_env();
     const float eps = static_cast<float>(config_.norm_eps);
+    codegen::ModelShapes shapes;
+    shapes.dim = m.C;
+    shapes.ffn_dim = m.F;
+    shapes.q_dim = m.Q;
+    shapes.qkv_dim = m.QKV;
+    shapes.tokens = m.N;
+    shapes.eps = eps;
+    const codegen::ModelGemms g = codegen::model_gemms(shapes);
+    auto gemm = [&](const codegen::GemmSpec& spec) { return codegen::GemmKernel::get(spec, m.N, o); };
     m.cg = std::make_unique<Impl::Codegen>(Impl::Codegen{
-        codegen::RmsNormKernel::get({m.C, eps}, o),
-        codegen::GemmKernel::get({m.F, m.C, true, false, codegen::Act::swiglu, false, true}, m.N, o),
-        codegen::GemmKernel::get({m.C, m.F, true, false, codegen::Act::none, true, false}, m.N, o),
-        codegen::GemmKernel::get({m.F, m.C, false, false, codegen::Act::dswiglu, false, false}, m.N, o)});
+        codegen::RmsNormKernel::get({m.C, eps}, o), gemm(g.gate_up), gemm(g.down), gemm(g.down_dinput_dswiglu),
+        gemm(g.qkv), gemm(g.o_proj), gemm(g.gate_up_dinput), gemm(g.o_dinput), gemm(g.qkv_dinput)});
   }
   if (config_.mask == AttentionMask::causal)
     m.mask = attention::create_block_mask(MaskMod::causal(), 1, 1, m.T, m.T);

@@ -94,10 +94,13 @@ struct Llama::Impl {
   // The access serves the root in f32 (LocalAccess in bf16): root reads round to the compute dtype.
   bool root_f32 = false;
   // ModelOptions::codegen: the blocks' RMSNorm, gate/up with SwiGLU (gu kept), down with the residual,
-  // and in the backward the down projection's d-input product with the SwiGLU backward as its epilogue.
+  // in the backward the down projection's d-input product with the SwiGLU backward as its epilogue, and
+  // every other product whose B is a block weight (qkv, o_proj with the residual, the d-input products).
   struct Codegen {
     codegen::RmsNormKernel norm;
     codegen::GemmKernel gate_up, down, down_dinput_dswiglu;
+    // The other products with a weight as B (see codegen::ModelGemms).
+    codegen::GemmKernel qkv, o_proj, gate_up_dinput, o_dinput, qkv_dinput;
   };
   std::unique_ptr<Codegen> cg;
   bool keep_a = false;   // gu and a kept per block (codegen's fused SwiGLU) instead of recomputed
@@ -144,6 +147,8 @@ struct Llama::Impl {
   LossOptions head_options(const ModelConfig& c, const ModelOptions& mo, bool backward) const;
 
   // ---- block.cpp ----
+  // x_mid (N, C) = x_in + y @ Wo^T: the same kernel in the forward and in the backward's recompute.
+  void o_proj_forward(const BlockActs& b, const std::byte* wo);
   // out32 (N, C) f32 = rmsnorm(x) * w, rstd (N): the same kernel in the forward and in a recompute.
   void norm_forward(float* out32, float* rstd, const float* x, const void* w, float eps);
   // a (N, F) = silu(gate) * up of the stored gu (compute dtype), through f32 scratch in bf16.

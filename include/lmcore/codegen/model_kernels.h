@@ -2,7 +2,7 @@
 // `lmcore codegen warm` can compile them all ahead of a run (in parallel) and the trainer then loads
 // them from the cache.
 //
-//   auto sources = codegen::model_kernel_sources({.dim = 384, .ffn_dim = 1024, .eps = 1e-5f});
+//   auto sources = codegen::model_kernel_sources({.dim = 384, .ffn_dim = 1024});
 //   codegen::load_kernels(sources, codegen::Options::from_env(), progress);
 #pragma once
 
@@ -18,6 +18,8 @@ namespace lmcore::codegen {
 struct ModelShapes {
   std::int64_t dim = 384;       // hidden size: every RMSNorm
   std::int64_t ffn_dim = 1024;  // MLP hidden size
+  std::int64_t q_dim = 384;     // attention output: n_heads x head_dim
+  std::int64_t qkv_dim = 640;   // q, k and v projections together: q_dim + 2 n_kv_heads x head_dim
   std::int64_t tokens = 2048;   // rows per micro-batch (batch_size * seq_len): the GEMMs' M
   float eps = 1e-5f;
   DType dtype = DType::f32;     // activations
@@ -27,9 +29,22 @@ struct ModelShapes {
 // fused with the residual add that precedes it (every other).
 std::vector<RmsNormSpec> model_rmsnorm_specs(const ModelShapes& shapes);
 
-// The MLP's GEMMs: gate/up projection with the SwiGLU epilogue (the product kept for the backward),
-// the down projection with the residual add (weights in torch Linear layouts, b_trans), and the
-// backward's d-input product of the down projection (dx @ Wdown) with the SwiGLU backward epilogue.
+// The GEMMs of a block whose B is a weight (torch Linear layouts: (out, in)). Forward products use the
+// weight transposed (b_trans), the backward's d-input products as stored.
+struct ModelGemms {
+  GemmSpec gate_up;              // gu = h2 @ Wgu^T, a = SwiGLU(gu) (gu kept for the backward)
+  GemmSpec down;                 // x_out = x_mid + a @ Wdown^T
+  GemmSpec down_dinput_dswiglu;  // dgu = SwiGLU'(dx @ Wdown, gu): da never goes to memory
+  GemmSpec qkv;                  // qkv = h1 @ Wqkv^T
+  GemmSpec o_proj;               // x_mid = x_in + y @ Wo^T (forward and the backward's recompute)
+  GemmSpec gate_up_dinput;       // dh2 = dgu @ Wgu
+  GemmSpec o_dinput;             // dy = dx @ Wo
+  GemmSpec qkv_dinput;           // dh1 = dqkv @ Wqkv
+  std::vector<GemmSpec> all() const;
+};
+ModelGemms model_gemms(const ModelShapes& shapes);
+
+// model_gemms(shapes).all().
 std::vector<GemmSpec> model_gemm_specs(const ModelShapes& shapes);
 
 // Sources of every kernel of the model in the variants that will be used (autotuned when
