@@ -11,18 +11,30 @@
 //   wpanel [P, H]  weight rows in In (only when weight is not In or not row-contiguous)
 //   dh     [T, H]  d_hidden of the tile in Acc (only when hidden is not Acc)
 //   dw     [V, H]  d_weight in Acc (only when the caller's d_weight is not Acc or not row-contiguous)
+//   dht    [threads, H, T]  d_hidden^T per vocabulary slice (transposed tiles only)
+//   block_m [threads, blocks, T]  the running max per block of vocabulary rows (transposed tiles only)
 // All but dw are TileBuffers: allocated per call, or carved from LossOptions::workspace.
+//
+// On the matrix units a tile that spans the vocabulary (forward and backward together, dense W, no
+// softcap) holds its logits transposed instead: tile = zT [V, T], then d_logits^T in bf16 written over
+// it in place (no tlow: 4 bytes a logit), so that W and d_logits enter the logits and d_weight
+// products as the "A" operand in their stored layout, which oneDNN reads without re-blocking it (see
+// FusedLce::transposed_tile).
 #include "lmcore/loss/linear_cross_entropy.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
 #include "lmcore/core/copy.h"
 #include "lmcore/core/gemm_lowp.h"
+#include "lmcore/core/internal/row_kernels.h"
 #include "lmcore/core/matmul.h"
 #include "lmcore/core/parallel.h"
+#include "src/loss/col_kernels.h"
 #include "src/loss/loss_common.h"
 #include "src/loss/tiling.h"
 
@@ -89,6 +101,20 @@ bool rows_direct(const Tensor& t, DType in) {
   return t.dtype() == in && (t.stride(1) == 1 || t.size(1) <= 1) && (t.size(0) <= 1 || t.stride(0) >= t.size(1));
 }
 
+// How a call cuts its work: the tiling, and whether its tiles are transposed (matrix units; see the
+// top of the file and FusedLce::transposed_tile).
+struct Plan {
+  loss_detail::Tiling tiling;
+  bool transposed = false;
+};
+
+// Transposed tiles: one vocabulary slice per thread, and the row blocks of kColBlock rows a slice of
+// V rows can have (ceil(V / threads) rows at most).
+int transposed_slices() { return std::max(1, num_threads()); }
+std::int64_t transposed_blocks(std::int64_t v, int slices) {
+  return (v / slices + 1 + loss_detail::kColBlock - 1) / loss_detail::kColBlock + 1;
+}
+
 // The tile buffers of one call (see the table at the top), taken from a Scratch in a fixed order.
 // hidden_direct / weight_direct: the operand is read as it is (rows_direct), no conversion buffer.
 template <typename Acc, typename In>
@@ -99,15 +125,25 @@ struct TileBuffers {
   Buffer<In> tile_low;             // [T, C] (matrix units)
   Buffer<Acc> dh_parts;            // (slices - 1) x [T, H] (backward)
   Buffer<Acc> dh_tile;             // [min(T, N), H] (backward, hidden not Acc)
-  TileBuffers(Scratch& sc, const loss_detail::Tiling& t, std::int64_t n, std::int64_t h, int slices,
+  Buffer<Acc> dht;                 // threads x [H, min(T, N)] (transposed)
+  Buffer<float> block_m;           // threads x [blocks, min(T, N)] (transposed)
+  TileBuffers(Scratch& sc, const Plan& plan, std::int64_t n, std::int64_t h, std::int64_t v, int slices,
               bool hidden_direct, bool weight_direct, bool backward, bool hidden_is_acc) {
+    const loss_detail::Tiling& t = plan.tiling;
     const std::int64_t hh = std::max<std::int64_t>(h, 1);
     if (!hidden_direct) hrows = sc.take<In>(t.rows * hh);
     for (int p = 0; p < slices; ++p) panels.push_back(weight_direct ? Buffer<In>() : sc.take<In>(t.panel * hh));
     tile = sc.take<Acc>(t.rows * t.cols);
-    if constexpr (!std::is_same_v<Acc, In>) tile_low = sc.take<In>(t.rows * t.cols);
+    if constexpr (!std::is_same_v<Acc, In>)
+      if (!plan.transposed) tile_low = sc.take<In>(t.rows * t.cols);
     if (backward && slices > 1) dh_parts = sc.take<Acc>((slices - 1) * t.rows * h);
     if (backward && !hidden_is_acc) dh_tile = sc.take<Acc>(std::min(t.rows, n) * h);
+    if (plan.transposed) {
+      const int P = transposed_slices();
+      const std::int64_t rows = std::min(t.rows, n);
+      dht = sc.take<Acc>(P * h * rows);
+      block_m = sc.take<float>(P * transposed_blocks(v, P) * rows);
+    }
   }
 };
 
@@ -117,6 +153,8 @@ template <typename Acc>
 class RowSource {
  public:
   RowSource(const Tensor& t, Buffer<Acc> buf) : t_(t), direct_(rows_direct(t, dtype_of<Acc>)), buf_(std::move(buf)) {}
+  // Whether rows() hands out the tensor's own memory (no conversion).
+  bool direct() const { return direct_; }
   // Rows [r0, r0 + n) as a row-major block; *ld receives the row stride.
   const Acc* rows(std::int64_t r0, std::int64_t n, std::int64_t* ld) {
     const std::int64_t h = t_.size(1);
@@ -170,10 +208,12 @@ class FusedLce {
   // pool), so there is a single slice and a single weight source.
   static int slices() { return kLowp ? 1 : std::max(1, num_threads()); }
 
-  FusedLce(const Tensor& hidden, const Tensor& weight, const LossSetup<Acc>& S, const loss_detail::Tiling& tiling,
+  // transposed: whole-vocabulary forward + backward tiles run through transposed_tile (Plan).
+  FusedLce(const Tensor& hidden, const Tensor& weight, const LossSetup<Acc>& S, const Plan& plan,
            TileBuffers<Acc, In>& bufs)
       : S_(S),
-        tiling_(tiling),
+        tiling_(plan.tiling),
+        transposed_(plan.transposed),
         n_(hidden.size(0)),
         h_(hidden.size(1)),
         v_(weight.size(0)),
@@ -181,7 +221,9 @@ class FusedLce {
         hsrc_(hidden, std::move(bufs.hrows)),
         tile_(std::move(bufs.tile)),
         tile_low_(std::move(bufs.tile_low)),
-        dh_parts_(std::move(bufs.dh_parts)) {
+        dh_parts_(std::move(bufs.dh_parts)),
+        dht_(std::move(bufs.dht)),
+        block_m_(std::move(bufs.block_m)) {
     wsrc_.reserve(static_cast<std::size_t>(pieces_));
     for (int p = 0; p < pieces_; ++p) wsrc_.emplace_back(weight, std::move(bufs.panels[static_cast<std::size_t>(p)]));
   }
@@ -290,6 +332,20 @@ class FusedLce {
     const bool single = forward && backward && C >= v_;
     // ... and then, for f32 without softcap, each row's forward and d_logits share one exp per logit.
     const bool one_exp = single && std::is_same_v<Acc, float> && S_.cap == 0;
+    if constexpr (kLowp) {
+      if (transposed_) {
+        LMCORE_ASSERT(single && S_.cap == 0);
+        for (std::int64_t i0 = 0; i0 < n_; i0 += T) {
+          const std::int64_t t = std::min(T, n_ - i0);
+          std::int64_t ldh = 0;
+          const In* hb = hsrc_.rows(i0, t, &ldh);
+          sinks.dh = store_dh.begin(i0, t);
+          transposed_tile(hb, ldh, i0, t, lse, ce, zl, g, sinks);
+          store_dh.end(i0, t);
+        }
+        return;
+      }
+    }
     std::vector<RowStats<Acc>> stats(static_cast<std::size_t>(T));  // T * 4 values: too small to track
     for (std::int64_t i0 = 0; i0 < n_; i0 += T) {
       const std::int64_t t = std::min(T, n_ - i0);
@@ -350,6 +406,124 @@ class FusedLce {
   }
 
  private:
+  // One tile of t tokens (rows i0...) on the matrix units with its logits transposed: zT [V, t] in
+  // tile_, then d_logits^T in bf16 over it: each thread's vocabulary slice [a, b) of rows is rewritten
+  // in place as a dense bf16 [b - a, t] block at the start of its own f32 rows (a row of bf16 is half
+  // an f32 row, so row r lands on rows <= r/2, already read), which makes a tile 4 bytes a logit. oneDNN re-blocks, on every call, an operand that is
+  // transposed or that is the "B" of a product; untransposed, a tile re-blocked W twice (logits and
+  // d_hidden) and d_logits once (d_weight). Here the logits and d_weight products take W and d_logits
+  // as "A" in their stored layout; only the d_hidden product still re-blocks (its W slice and d_logits
+  // slice, per thread):
+  //   1. zT = W @ h^T                   (A = W as stored; gemm_lowp cuts the vocabulary over the threads)
+  //   2. per token: max, exp in place, sum (column loops, col_kernels.h), lse, loss, coefficients
+  //   3. dzT = d_logits^T in bf16       (and d_bias)
+  //   4. d_weight += dzT @ h            (A = dzT as stored)
+  //   5. d_hidden^T = sum over vocabulary slices of W[slice]^T @ dzT[slice], one slice per thread,
+  //      added into d_hidden in slice order (so results depend on the thread count through that order).
+  void transposed_tile(const In* hb, std::int64_t ldh, std::int64_t i0, std::int64_t t, Acc* lse, Acc* ce, Acc* zl,
+                       const Acc* g, const GradSinks<Acc>& sinks) {
+    std::int64_t ldw = 0;
+    const In* w = wsrc_[0].rows(0, v_, &ldw);
+    const int P = transposed_slices();
+    const auto piece = [&](std::int64_t p) { return v_ * p / P; };
+    const std::size_t tn = static_cast<std::size_t>(t);
+    Acc* zt = tile_.data();
+    LMCORE_ASSERT(ldw == h_);
+    // Slice p's d_logits^T, written over its logits.
+    const auto dz_of = [&](std::int64_t p) { return reinterpret_cast<In*>(zt + piece(p) * t); };
+    // 1.
+    gemm(false, true, v_, t, h_, w, ldw, hb, ldh, Acc(0), zt, t);
+    if (S_.bias)
+      parallel_for(0, v_, 64, [&](std::int64_t lo, std::int64_t hi) {
+        for (std::int64_t r = lo; r < hi; ++r)
+          for (std::int64_t j = 0; j < t; ++j) zt[r * t + j] += S_.bias[r];
+      });
+    // 2. The target logits; then per slice one pass: running max, exp in place, sums (and the
+    //    weighted sums of label smoothing), then the slices' maxes and sums combined in slice order.
+    std::vector<float> zt_target(tn, 0.0f);
+    for (std::int64_t j = 0; j < t; ++j) {
+      const std::int64_t tgt = S_.target[i0 + j];
+      if (tgt >= 0 && tgt < v_) zt_target[j] = zt[tgt * t + j];
+    }
+    std::vector<float> m_part(P * tn, -std::numeric_limits<float>::infinity()), s_part(P * tn, 0.0f),
+        wz_part(S_.eps > 0 ? P * tn : 0, 0.0f);
+    const std::int64_t blocks = transposed_blocks(v_, P);
+    const auto block_m_of = [&](std::int64_t p) { return block_m_.data() + p * blocks * t; };
+    parallel_for(0, P, 1, [&](std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t p = lo; p < hi; ++p) {
+        const std::int64_t a = piece(p), b = piece(p + 1);
+        LMCORE_ASSERT((b - a + loss_detail::kColBlock - 1) / loss_detail::kColBlock <= blocks);
+        loss_detail::col_exp_store_sum_online_f32(
+            zt + a * t, b - a, t, m_part.data() + p * tn, s_part.data() + p * tn,
+            S_.class_weight ? S_.class_weight + a : nullptr, S_.eps > 0 ? wz_part.data() + p * tn : nullptr,
+            block_m_of(p));
+      }
+    });
+    std::vector<float> m(tn), s(tn, 0.0f), wz(tn, 0.0f), factor(tn);
+    for (std::int64_t j = 0; j < t; ++j) {
+      float mj = m_part[static_cast<std::size_t>(j)];
+      for (int p = 1; p < P; ++p) mj = internal::max_nan(mj, m_part[p * tn + j]);
+      m[j] = mj;
+      for (int p = 0; p < P && S_.eps > 0; ++p) wz[j] += wz_part[p * tn + j];
+    }
+    for (int p = 0; p < P; ++p) {
+      loss_detail::col_rebase_f32(t, m_part.data() + p * tn, m.data(), factor.data());
+      for (std::int64_t j = 0; j < t; ++j) s[j] += s_part[p * tn + j] * factor[j];
+    }
+    std::vector<float> scale(tn, 0.0f), bw(tn, 0.0f), bt(tn, 0.0f), keep(tn, 0.0f);
+    std::vector<std::int32_t> target(tn, -1);
+    for (std::int64_t j = 0; j < t; ++j) {
+      const std::int64_t i = i0 + j;
+      const float sj = s[j];
+      lse[i] = m[j] + std::log(sj);
+      loss_detail::row_loss(S_, i, lse[i], zt_target[j], wz[j], ce[i], zl[i]);
+      if (!S_.counted(i)) continue;
+      const auto r = loss_detail::row_grad(S_, i, lse[i], g[i]);
+      scale[j] = r.a / sj;
+      bw[j] = r.bw;
+      bt[j] = r.bt;
+      keep[j] = 1.0f;
+      target[j] = static_cast<std::int32_t>(S_.target[i]);
+    }
+    // 3.
+    parallel_for(0, P, 1, [&](std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t p = lo; p < hi; ++p) {
+        const std::int64_t a = piece(p), b = piece(p + 1);
+        loss_detail::ColGrad cg;
+        cg.scale = scale.data();
+        cg.bw = S_.eps > 0 ? bw.data() : nullptr;
+        cg.w = S_.eps > 0 && S_.class_weight ? S_.class_weight + a : nullptr;
+        cg.bt = bt.data();
+        cg.target = target.data();
+        cg.keep = keep.data();
+        cg.block_m = block_m_of(p);
+        cg.m = m.data();
+        loss_detail::col_grad_to_bf16(zt + a * t, b - a, t, a, cg, dz_of(p), sinks.db ? sinks.db + a : nullptr);
+      }
+    });
+    // 4. and 5., each thread on its slice (single-threaded products inside the parallel_for).
+    parallel_for(0, P, 1, [&](std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t p = lo; p < hi; ++p) {
+        const std::int64_t a = piece(p), b = piece(p + 1);
+        if (sinks.dw) gemm(false, false, b - a, h_, t, dz_of(p), t, hb, ldh, Acc(1), sinks.dw + a * sinks.dw_ld, sinks.dw_ld);
+        gemm(true, false, h_, t, b - a, w + a * ldw, ldw, dz_of(p), t, Acc(0), dht_.data() + p * h_ * t, t);
+      }
+    });
+    // d_hidden [t, H] += the slices' d_hidden^T [H, t], in blocks of 16 tokens x 64 features so that
+    // both sides' cache lines stay in L1 while the block is transposed.
+    Acc* dh = sinks.dh;
+    parallel_for(0, (t + 15) / 16, 1, [&](std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t j0 = lo * 16; j0 < std::min(t, hi * 16); j0 += 16)
+        for (std::int64_t k0 = 0; k0 < h_; k0 += 64)
+          for (std::int64_t j = j0; j < std::min(t, j0 + 16); ++j)
+            for (std::int64_t k = k0; k < std::min(h_, k0 + 64); ++k) {
+              Acc x = dh[j * h_ + k];
+              for (int p = 0; p < P; ++p) x += dht_[p * h_ * t + k * t + j];
+              dh[j * h_ + k] = x;
+            }
+    });
+  }
+
   // Calls fn(slice, p0, pn) for the panels [p0, p0 + pn) of each thread's slice of [j0, j0 + c),
   // slices in parallel, the panels of one slice in order.
   template <typename Fn>
@@ -368,6 +542,7 @@ class FusedLce {
 
   const LossSetup<Acc>& S_;
   loss_detail::Tiling tiling_;
+  bool transposed_;
   std::int64_t n_, h_, v_;
   int pieces_;
   RowSource<In> hsrc_;
@@ -375,6 +550,8 @@ class FusedLce {
   Buffer<Acc> tile_;
   Buffer<In> tile_low_;  // d_logits rounded to In for the gradient products (kLowp only)
   Buffer<Acc> dh_parts_;  // (pieces - 1) x [T, H] (backward only)
+  Buffer<Acc> dht_;       // threads x [H, T]: d_hidden^T per vocabulary slice (transposed_tile only)
+  Buffer<float> block_m_;  // threads x [blocks, T]: the running max per block of rows (transposed_tile only)
 };
 
 void check_operands(const char* op, const Tensor& hidden, const Tensor& weight) {
@@ -421,29 +598,41 @@ struct NoDh {
 // whole-vocabulary tile ran the d_hidden product at ~500 GFLOPS, 4096 rows per 5461-column chunk at
 // ~1300). So below kLowpMinRows whole-vocabulary rows the vocabulary is chunked with up to
 // kLowpChunkRows rows per tile: two passes (4 products instead of 3) that still come out ahead.
+// A forward + backward on the matrix units runs transposed (d_logits over the logits: 4 bytes a
+// logit) when that tiling spans the vocabulary, the weight is dense (weight_dense: row stride H) and
+// there is no softcap.
 template <typename Acc, typename In>
-loss_detail::Tiling tiling_for(const char* op, std::int64_t n, std::int64_t h, std::int64_t v, DType hidden_dtype,
-                               DType weight_dtype, const LossOptions& options) {
+Plan plan_for(const char* op, std::int64_t n, std::int64_t h, std::int64_t v, DType hidden_dtype, DType weight_dtype,
+              bool weight_dense, const LossOptions& options, bool forward, bool backward) {
   constexpr bool kLowp = !std::is_same_v<Acc, In>;
   constexpr std::int64_t kLowpMinRows = 512, kLowpChunkRows = 4096;
+  if constexpr (kLowp) {
+    if (forward && backward && options.softcap == 0 && weight_dense && h > 0) {
+      Plan p{loss_detail::choose_tiling(op, n, h, v, sizeof(Acc), options, false, 1, kLowpMinRows, kLowpChunkRows),
+             true};
+      if (p.tiling.cols >= v) return p;
+    }
+  }
   const std::size_t tile_bytes = sizeof(Acc) + (kLowp ? sizeof(In) : 0);
   LossOptions tiled = options;
   if (!kLowp && options.memory_budget > 0 && options.chunk_size == 0 && options.token_tile == 0)
     tiled.memory_budget = loss_detail::tile_budget(n, v, sizeof(Acc), options);
-  return loss_detail::choose_tiling(op, n, h, v, tile_bytes, tiled,
-                                    hidden_dtype != dtype_of<In> || weight_dtype != dtype_of<In>,
-                                    kLowp ? 1 : num_threads(), kLowp ? kLowpMinRows : loss_detail::kMinRowsPerTile,
-                                    kLowp ? kLowpChunkRows : loss_detail::kMinRowsPerTile);
+  return {loss_detail::choose_tiling(op, n, h, v, tile_bytes, tiled,
+                                     hidden_dtype != dtype_of<In> || weight_dtype != dtype_of<In>,
+                                     kLowp ? 1 : num_threads(), kLowp ? kLowpMinRows : loss_detail::kMinRowsPerTile,
+                                     kLowp ? kLowpChunkRows : loss_detail::kMinRowsPerTile),
+          false};
 }
 
 // Bytes of workspace a call needs (the takes of TileBuffers, counted).
 template <typename Acc, typename In>
 std::size_t workspace_bytes(const char* op, std::int64_t n, std::int64_t h, std::int64_t v, DType hidden_dtype,
-                            DType weight_dtype, bool hidden_direct, bool weight_direct, const LossOptions& options,
-                            bool backward) {
-  const loss_detail::Tiling tiling = tiling_for<Acc, In>(op, n, h, v, hidden_dtype, weight_dtype, options);
+                            DType weight_dtype, bool hidden_direct, bool weight_direct, bool weight_dense,
+                            const LossOptions& options, bool forward, bool backward) {
+  const Plan plan =
+      plan_for<Acc, In>(op, n, h, v, hidden_dtype, weight_dtype, weight_dense, options, forward, backward);
   Scratch count(Scratch::Mode::count, nullptr, 0);
-  TileBuffers<Acc, In>(count, tiling, n, h, FusedLce<Acc, In>::slices(), hidden_direct, weight_direct, backward,
+  TileBuffers<Acc, In>(count, plan, n, h, v, FusedLce<Acc, In>::slices(), hidden_direct, weight_direct, backward,
                        hidden_dtype == dtype_of<Acc>);
   return count.used();
 }
@@ -456,12 +645,14 @@ LinearCrossEntropyOutput run_fused(const char* op, const Tensor& hidden, const T
   const std::int64_t n = hidden.size(0), h = hidden.size(1), v = weight.size(0);
   const LossSetup<Acc> S = loss_detail::make_setup<Acc>(op, n, v, target, options, true);
   const bool backward = grad_loss.defined();
-  const loss_detail::Tiling tiling = tiling_for<Acc, In>(op, n, h, v, hidden.dtype(), weight.dtype(), options);
   const bool hidden_direct = rows_direct(hidden, dtype_of<In>), weight_direct = rows_direct(weight, dtype_of<In>);
+  const bool weight_dense = weight_direct && (v <= 1 || weight.stride(0) == h);
+  const Plan plan =
+      plan_for<Acc, In>(op, n, h, v, hidden.dtype(), weight.dtype(), weight_dense, options, forward, backward);
   Scratch scratch(Scratch::Mode::allocate, nullptr, 0);
   if (options.workspace != nullptr) {
     const std::size_t need = workspace_bytes<Acc, In>(op, n, h, v, hidden.dtype(), weight.dtype(), hidden_direct,
-                                                      weight_direct, options, backward);
+                                                      weight_direct, weight_dense, options, forward, backward);
     LMCORE_CHECK(options.workspace_bytes >= need,
                  "{}: the workspace holds {} bytes but the tiles need {} (linear_cross_entropy_workspace_bytes; "
                  "hidden {}, weight {})",
@@ -470,9 +661,9 @@ LinearCrossEntropyOutput run_fused(const char* op, const Tensor& hidden, const T
                  "{}: the workspace must be 64-byte aligned, found address {}", op, options.workspace);
     scratch = Scratch(Scratch::Mode::carve, options.workspace, options.workspace_bytes);
   }
-  TileBuffers<Acc, In> bufs(scratch, tiling, n, h, FusedLce<Acc, In>::slices(), hidden_direct, weight_direct,
+  TileBuffers<Acc, In> bufs(scratch, plan, n, h, v, FusedLce<Acc, In>::slices(), hidden_direct, weight_direct,
                             backward, hidden.dtype() == dtype_of<Acc>);
-  FusedLce<Acc, In> kernel(hidden, weight, S, tiling, bufs);
+  FusedLce<Acc, In> kernel(hidden, weight, S, plan, bufs);
 
   LinearCrossEntropyOutput out;
   Tensor lse;
@@ -562,9 +753,14 @@ std::size_t linear_cross_entropy_workspace_bytes(std::int64_t n, std::int64_t h,
   LMCORE_CHECK(options.accumulate == DType::f32 || options.accumulate == DType::f64,
                "{}: accumulate must be f32 or f64, found {}", op, options.accumulate);
   // Row-contiguous operands are read as they are when they already are the products' operand type.
+  // With backward, enough for _with_grad and for the backward alone (whose tiles may differ).
   auto bytes = [&]<typename Acc, typename In>() {
     const bool direct = dtype == dtype_of<In>;
-    return workspace_bytes<Acc, In>(op, n, h, v, dtype, dtype, direct, direct, options, backward);
+    const std::size_t fwd = workspace_bytes<Acc, In>(op, n, h, v, dtype, dtype, direct, direct, direct, options,
+                                                     true, backward);
+    if (!backward) return fwd;
+    return std::max(fwd, workspace_bytes<Acc, In>(op, n, h, v, dtype, dtype, direct, direct, direct, options, false,
+                                                  true));
   };
   if (options.accumulate == DType::f64) return bytes.operator()<double, double>();
   if (options.accumulate == DType::f32 && dtype == DType::bf16 && lowp_gemm_path(DType::bf16) == LowpGemmPath::onednn)
