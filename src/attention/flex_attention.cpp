@@ -75,37 +75,77 @@ void check_block_mask(const BlockMask& bm, const AttentionShape& sh, const char*
 // What the kernels compute in (and return lse, the gradients and the parameter gradients in).
 DType compute_dtype(DType input) { return input == DType::f64 ? DType::f64 : DType::f32; }
 
-Tensor as_f32_contiguous(const Tensor& t) { return t.to(DType::f32).contiguous(); }
-
 // Whether tensors of this dtype go to the kernels as they are (bf16 on the matrix units).
 bool on_matrix_units(DType dt) { return dt == DType::bf16 && lowp_gemm_path(DType::bf16) == LowpGemmPath::onednn; }
 
-FlexResult forward(const Tensor& q, const Tensor& k, const Tensor& v, const BlockMask& bm, const ScoreMod& mod,
-                   const AttentionShape& sh, const char* op) {
+// The element type the kernels read inputs of this dtype as: f64 and bf16 on the matrix units as they
+// are, everything else widened to f32.
+DType kernel_input(DType dt) { return dt == DType::f64 || on_matrix_units(dt) ? dt : DType::f32; }
+
+// Whether a [B, H, rows, dim] tensor can be read through its strides: a contiguous last dim and rows
+// that do not overlap (a BLAS leading dimension >= dim).
+bool strided_ok(const Tensor& t) {
+  return (t.stride(3) == 1 || t.size(3) == 1) && (t.size(2) == 1 || t.stride(2) >= t.size(3)) && t.stride(0) >= 0 &&
+         t.stride(1) >= 0;
+}
+
+// An input as the kernels read it: itself when it already is `as` with readable strides (no copy),
+// else a contiguous copy in `as`.
+Tensor readable(const Tensor& t, DType as) {
+  if (t.dtype() == as && strided_ok(t)) return t;
+  return t.to(as).contiguous();
+}
+
+Strides4 strides_of(const Tensor& t) {
+  // One row: any row stride >= dim keeps BLAS happy.
+  const std::int64_t row = t.size(2) == 1 ? std::max<std::int64_t>(t.stride(2), t.size(3)) : t.stride(2);
+  return {t.stride(0), t.stride(1), std::max<std::int64_t>(row, 1)};
+}
+
+// Checks an output tensor given by the caller (the _into entry points).
+void check_output(const Tensor& t, const Shape& shape, DType dtype, const char* op, const char* name, bool contiguous) {
+  LMCORE_CHECK(t.defined() && t.shape() == shape && t.dtype() == dtype,
+               "{}: '{}' must be {} of shape {}, found {}", op, name, dtype, shape_str(shape),
+               t.defined() ? t.describe() : "undefined");
+  LMCORE_CHECK(contiguous ? t.is_contiguous() : strided_ok(t),
+               "{}: '{}' must have {}, found strides {}", op, name,
+               contiguous ? "contiguous strides" : "a contiguous last dim and non-overlapping rows",
+               shape_str(t.strides()));
+}
+
+void forward_into(const Tensor& q, const Tensor& k, const Tensor& v, const BlockMask& bm, const ScoreMod& mod,
+                  const AttentionShape& sh, const char* op, Tensor& out, Tensor& lse) {
   check_block_mask(bm, sh, op);
   mod.check_heads(sh.q_heads, op);
+  const DType in = kernel_input(q.dtype());
+  const Tensor qr = readable(q, in), kr = readable(k, in), vr = readable(v, in);
+  FlexLayout lay = dense_layout(sh);
+  lay.q = strides_of(qr);
+  lay.k = strides_of(kr);
+  lay.v = strides_of(vr);
+  lay.out = strides_of(out);
+  if (in == DType::f64)
+    flex_forward(sh, lay, bm, mod, qr.data<double>(), kr.data<double>(), vr.data<double>(), out.data<double>(),
+                 lse.data<double>());
+  else if (in == DType::bf16)
+    flex_forward(sh, lay, bm, mod, qr.data<bf16>(), kr.data<bf16>(), vr.data<bf16>(), out.data<float>(), lse.data<float>());
+  else
+    flex_forward(sh, lay, bm, mod, qr.data<float>(), kr.data<float>(), vr.data<float>(), out.data<float>(),
+                 lse.data<float>());
+}
+
+FlexResult forward(const Tensor& q, const Tensor& k, const Tensor& v, const BlockMask& bm, const ScoreMod& mod,
+                   const AttentionShape& sh, const char* op) {
   const DType acc = compute_dtype(q.dtype());
   Tensor out = Tensor::empty({sh.batch, sh.q_heads, sh.q_len, sh.value_dim}, acc);
   Tensor lse = Tensor::empty({sh.batch, sh.q_heads, sh.q_len}, acc);
-  if (acc == DType::f64) {
-    const Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
-    flex_forward(sh, bm, mod, qc.data<double>(), kc.data<double>(), vc.data<double>(), out.data<double>(),
-                 lse.data<double>());
-  } else if (on_matrix_units(q.dtype())) {
-    const Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
-    flex_forward(sh, bm, mod, qc.data<bf16>(), kc.data<bf16>(), vc.data<bf16>(), out.data<float>(), lse.data<float>());
-  } else {
-    const Tensor q32 = as_f32_contiguous(q), k32 = as_f32_contiguous(k), v32 = as_f32_contiguous(v);
-    flex_forward(sh, bm, mod, q32.data<float>(), k32.data<float>(), v32.data<float>(), out.data<float>(),
-                 lse.data<float>());
-  }
+  forward_into(q, k, v, bm, mod, sh, op, out, lse);
   return {out.to(q.dtype()), lse};
 }
 
-FlexGrads backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                   const Tensor& d_out, const BlockMask& bm, const ScoreMod& mod, const AttentionShape& sh,
-                   const char* op, bool score_mod_grads, const Tensor& d_lse) {
-  check_block_mask(bm, sh, op);
+// The checks of a backward call and its d_lse in the compute dtype.
+Tensor check_backward(const Tensor& q, const Tensor& out, const Tensor& lse, const Tensor& d_out, const ScoreMod& mod,
+                      const AttentionShape& sh, const char* op, const Tensor& d_lse) {
   mod.check_heads(sh.q_heads, op);
   LMCORE_CHECK(mod.has_derivative(),
                "{}: score_mod '{}' contains a callable without a derivative; pass one to ScoreMod::from_function",
@@ -122,7 +162,6 @@ FlexGrads backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
                shape_str(lse_shape), q.dtype(), lse.defined() ? lse.describe() : "undefined");
   check_float(out, op, "out");
   check_float(d_out, op, "d_out");
-  const Tensor l32 = lse.contiguous();
   // d_lse in the compute dtype, like lse (any float dtype is taken: it is a gradient from outside).
   Tensor dl;
   if (d_lse.defined()) {
@@ -131,43 +170,58 @@ FlexGrads backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
                  shape_str(lse_shape), shape_str(d_lse.shape()));
     dl = d_lse.to(acc).contiguous();
   }
-  Tensor dq = Tensor::empty(q.shape(), acc), dk = Tensor::empty(k.shape(), acc), dv = Tensor::empty(v.shape(), acc);
+  return dl;
+}
+
+std::vector<Tensor> backward_into(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                  const Tensor& lse, const Tensor& d_out, const BlockMask& bm, const ScoreMod& mod,
+                                  const AttentionShape& sh, const char* op, bool score_mod_grads, const Tensor& d_lse,
+                                  Tensor& dq, Tensor& dk, Tensor& dv) {
+  check_block_mask(bm, sh, op);
+  const Tensor dl = check_backward(q, out, lse, d_out, mod, sh, op, d_lse);
+  const DType acc = compute_dtype(q.dtype()), in = kernel_input(q.dtype());
+  const Tensor l32 = lse.contiguous();
   const std::vector<std::vector<std::int64_t>> param_shapes = score_mod_grads ? mod.parameter_shapes()
                                                                              : std::vector<std::vector<std::int64_t>>{};
   std::vector<std::vector<double>> param_grads;
   for (const auto& shape : param_shapes) param_grads.emplace_back(static_cast<std::size_t>(checked_numel(shape)), 0.0);
   std::vector<std::vector<double>>* pg = param_grads.empty() ? nullptr : &param_grads;
-  if (acc == DType::f64) {
-    // out and d_out in f64 too (they are given in it, or cast once).
-    const Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
-    const Tensor oc = out.to(DType::f64).contiguous(), gc = d_out.to(DType::f64).contiguous();
-    flex_backward(sh, bm, mod, qc.data<double>(), kc.data<double>(), vc.data<double>(), oc.data<double>(),
-                  gc.data<double>(), l32.data<double>(), dq.data<double>(), dk.data<double>(), dv.data<double>(), pg,
+  // q, k, v, out and d_out as the kernels read them (out and d_out in the inputs' kernel type too).
+  const Tensor qr = readable(q, in), kr = readable(k, in), vr = readable(v, in);
+  const Tensor orr = readable(out, in), gr = readable(d_out, in);
+  const FlexLayout lay{strides_of(qr), strides_of(kr), strides_of(vr), strides_of(orr), strides_of(gr),
+                       strides_of(dq),  strides_of(dk), strides_of(dv)};
+  if (in == DType::f64)
+    flex_backward(sh, lay, bm, mod, qr.data<double>(), kr.data<double>(), vr.data<double>(), orr.data<double>(),
+                  gr.data<double>(), l32.data<double>(), dq.data<double>(), dk.data<double>(), dv.data<double>(), pg,
                   dl.defined() ? dl.data<double>() : nullptr);
-  } else if (on_matrix_units(q.dtype())) {
-    // out and d_out in q's dtype too (they are given in it, or cast once).
-    const Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
-    const Tensor oc = out.to(DType::bf16).contiguous(), gc = d_out.to(DType::bf16).contiguous();
-    flex_backward(sh, bm, mod, qc.data<bf16>(), kc.data<bf16>(), vc.data<bf16>(), oc.data<bf16>(), gc.data<bf16>(),
-                  l32.data<float>(), dq.data<float>(), dk.data<float>(), dv.data<float>(), pg,
+  else if (in == DType::bf16)
+    flex_backward(sh, lay, bm, mod, qr.data<bf16>(), kr.data<bf16>(), vr.data<bf16>(), orr.data<bf16>(),
+                  gr.data<bf16>(), l32.data<float>(), dq.data<float>(), dk.data<float>(), dv.data<float>(), pg,
                   dl.defined() ? dl.data<float>() : nullptr);
-  } else {
-    const Tensor q32 = as_f32_contiguous(q), k32 = as_f32_contiguous(k), v32 = as_f32_contiguous(v);
-    const Tensor o32 = as_f32_contiguous(out), g32 = as_f32_contiguous(d_out);
-    flex_backward(sh, bm, mod, q32.data<float>(), k32.data<float>(), v32.data<float>(), o32.data<float>(),
-                  g32.data<float>(), l32.data<float>(), dq.data<float>(), dk.data<float>(), dv.data<float>(), pg,
+  else
+    flex_backward(sh, lay, bm, mod, qr.data<float>(), kr.data<float>(), vr.data<float>(), orr.data<float>(),
+                  gr.data<float>(), l32.data<float>(), dq.data<float>(), dk.data<float>(), dv.data<float>(), pg,
                   dl.defined() ? dl.data<float>() : nullptr);
-  }
-  FlexGrads grads{dq.to(q.dtype()), dk.to(k.dtype()), dv.to(v.dtype()), {}};
+  std::vector<Tensor> grads;
   for (std::size_t p = 0; p < param_grads.size(); ++p) {
     if (acc == DType::f64) {
-      grads.score_mod_grads.push_back(Tensor::from_vector(param_grads[p], param_shapes[p]));
+      grads.push_back(Tensor::from_vector(param_grads[p], param_shapes[p]));
     } else {
       const std::vector<float> g(param_grads[p].begin(), param_grads[p].end());
-      grads.score_mod_grads.push_back(Tensor::from_vector(g, param_shapes[p]));
+      grads.push_back(Tensor::from_vector(g, param_shapes[p]));
     }
   }
   return grads;
+}
+
+FlexGrads backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                   const Tensor& d_out, const BlockMask& bm, const ScoreMod& mod, const AttentionShape& sh,
+                   const char* op, bool score_mod_grads, const Tensor& d_lse) {
+  const DType acc = compute_dtype(q.dtype());
+  Tensor dq = Tensor::empty(q.shape(), acc), dk = Tensor::empty(k.shape(), acc), dv = Tensor::empty(v.shape(), acc);
+  std::vector<Tensor> pg = backward_into(q, k, v, out, lse, d_out, bm, mod, sh, op, score_mod_grads, d_lse, dq, dk, dv);
+  return {dq.to(q.dtype()), dk.to(k.dtype()), dv.to(v.dtype()), std::move(pg)};
 }
 
 }  // namespace detail
@@ -201,6 +255,38 @@ FlexGrads flex_attention_backward(const Tensor& q, const Tensor& k, const Tensor
                             options.score_mod_grads, d_lse);
   const BlockMask bm = full_block_mask(sh.q_len, sh.kv_len);
   return detail::backward(q, k, v, out, lse, d_out, bm, options.score_mod, sh, op, options.score_mod_grads, d_lse);
+}
+
+void flex_attention_into(const Tensor& q, const Tensor& k, const Tensor& v, Tensor out, Tensor lse,
+                         const FlexOptions& options) {
+  const char* op = "flex_attention_into";
+  const detail::AttentionShape sh = detail::check_qkv(q, k, v, options.scale, op);
+  const DType acc = detail::compute_dtype(q.dtype());
+  detail::check_output(out, {sh.batch, sh.q_heads, sh.q_len, sh.value_dim}, acc, op, "out", false);
+  detail::check_output(lse, {sh.batch, sh.q_heads, sh.q_len}, acc, op, "lse", true);
+  if (options.block_mask != nullptr) {
+    detail::forward_into(q, k, v, *options.block_mask, options.score_mod, sh, op, out, lse);
+  } else {
+    const BlockMask bm = full_block_mask(sh.q_len, sh.kv_len);
+    detail::forward_into(q, k, v, bm, options.score_mod, sh, op, out, lse);
+  }
+}
+
+std::vector<Tensor> flex_attention_backward_into(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                 const Tensor& out, const Tensor& lse, const Tensor& d_out,
+                                                 Tensor dq, Tensor dk, Tensor dv, const FlexOptions& options) {
+  const char* op = "flex_attention_backward_into";
+  const detail::AttentionShape sh = detail::check_qkv(q, k, v, options.scale, op);
+  const DType acc = detail::compute_dtype(q.dtype());
+  detail::check_output(dq, q.shape(), acc, op, "dq", false);
+  detail::check_output(dk, k.shape(), acc, op, "dk", false);
+  detail::check_output(dv, v.shape(), acc, op, "dv", false);
+  if (options.block_mask != nullptr)
+    return detail::backward_into(q, k, v, out, lse, d_out, *options.block_mask, options.score_mod, sh, op,
+                                 options.score_mod_grads, Tensor(), dq, dk, dv);
+  const BlockMask bm = full_block_mask(sh.q_len, sh.kv_len);
+  return detail::backward_into(q, k, v, out, lse, d_out, bm, options.score_mod, sh, op, options.score_mod_grads,
+                               Tensor(), dq, dk, dv);
 }
 
 FlexFlops flex_flops(const BlockMask& mask, std::int64_t batch, std::int64_t q_heads, std::int64_t head_dim,

@@ -25,9 +25,9 @@
 namespace lmcore::attention::detail {
 
 template <typename T>
-void flex_backward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod& score_mod, const T* q, const T* k,
-                   const T* v, const T* out, const T* d_out, const Acc<T>* lse, Acc<T>* dq, Acc<T>* dk, Acc<T>* dv,
-                   std::vector<std::vector<double>>* score_mod_grads, const Acc<T>* d_lse) {
+void flex_backward(const AttentionShape& sh, const FlexLayout& lay, const BlockMask& bm, const ScoreMod& score_mod,
+                   const T* q, const T* k, const T* v, const T* out, const T* d_out, const Acc<T>* lse, Acc<T>* dq,
+                   Acc<T>* dk, Acc<T>* dv, std::vector<std::vector<double>>* score_mod_grads, const Acc<T>* d_lse) {
   using A = Acc<T>;  // double for f64 inputs, float otherwise
   constexpr bool kLowp = !std::is_same_v<T, A>;
   const std::int64_t B = sh.batch, Hq = sh.q_heads, Hkv = sh.kv_heads, L = sh.q_len, S = sh.kv_len;
@@ -41,8 +41,9 @@ void flex_backward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod
   std::vector<A> delta(static_cast<std::size_t>(B * Hq * L));
   parallel_for(0, B * Hq * L, 1024, [&](std::int64_t lo, std::int64_t hi) {
     for (std::int64_t r = lo; r < hi; ++r) {
-      const T* o = out + r * Dv;
-      const T* g = d_out + r * Dv;
+      const std::int64_t b = r / (Hq * L), h = r / L % Hq, i = r % L;
+      const T* o = out + lay.out.at(b, h, i);
+      const T* g = d_out + lay.d_out.at(b, h, i);
       A acc = 0;
       for (std::int64_t j = 0; j < Dv; ++j) acc += static_cast<A>(o[j]) * static_cast<A>(g[j]);
       delta[static_cast<std::size_t>(r)] = d_lse != nullptr ? acc - d_lse[r] : acc;
@@ -74,9 +75,12 @@ void flex_backward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod
     cut[static_cast<std::size_t>(p)] = std::clamp(cut[static_cast<std::size_t>(p)], cut[static_cast<std::size_t>(p) - 1], items);
   }
 
-  // dQ: part 0 writes into dq itself; the others into their own zeroed buffers.
+  // dQ: part 0 writes into dq itself; the others into their own zeroed (contiguous) buffers.
   const std::int64_t q_elems = B * Hq * L * D;
-  std::fill_n(dq, q_elems, A(0));
+  const Strides4 dq_dense = dense4(Hq, L, D);
+  parallel_for(0, B * Hq * L, 1024, [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t r = lo; r < hi; ++r) std::fill_n(dq + lay.dq.at(r / (Hq * L), r / L % Hq, r % L), D, A(0));
+  });
   std::vector<std::vector<A>> dq_parts(static_cast<std::size_t>(parts - 1));
   // Score-mod parameter gradients: one set per part, summed in part order like dQ.
   const std::int64_t n_params = score_mod_grads != nullptr ? score_mod.num_parameter_steps() : 0;
@@ -101,17 +105,20 @@ void flex_backward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod
         for (std::int64_t p = 0; p < n_params; ++p) param_out[static_cast<std::size_t>(p)] = mine[static_cast<std::size_t>(p)].data();
       }
       A* dq_out = dq;
+      Strides4 dql = lay.dq;
       if (part > 0) {
         auto& buf = dq_parts[static_cast<std::size_t>(part - 1)];
         buf.assign(static_cast<std::size_t>(q_elems), A(0));
         dq_out = buf.data();
+        dql = dq_dense;
       }
       for (std::int64_t it = cut[static_cast<std::size_t>(part)]; it < cut[static_cast<std::size_t>(part) + 1]; ++it) {
         const std::int64_t ki = it % nkb, bh = it / nkb, b = bh / Hkv, hkv = bh % Hkv;
         const std::int64_t k0 = ki * kb, nk = std::min(kb, S - k0);
         const std::int64_t ld = nk;  // dense tiles (oneDNN's AMX kernels take dense matrices)
-        const T* K = k + (bh * S + k0) * D;
-        const T* V = v + (bh * S + k0) * Dv;
+        const T* K = k + lay.k.at(b, hkv, k0);
+        const T* V = v + lay.v.at(b, hkv, k0);
+        const std::int64_t ldk = lay.k.row, ldv = lay.v.row, ldq = lay.q.row, ldo = lay.d_out.row;
         std::fill_n(dk_acc.begin(), nk * D, A(0));
         std::fill_n(dv_acc.begin(), nk * Dv, A(0));
         for (std::int64_t h = hkv * group; h < (hkv + 1) * group; ++h) {
@@ -119,12 +126,13 @@ void flex_backward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod
           const std::int64_t bhq = b * Hq + h;
           for (const BlockRef& blk : blocks) {
             const std::int64_t q0 = blk.index * qb, nq = std::min(qb, L - q0);
-            const T* Q = q + (bhq * L + q0) * D;
-            const T* dO = d_out + (bhq * L + q0) * Dv;
+            const T* Q = q + lay.q.at(b, h, q0);
+            const T* dO = d_out + lay.d_out.at(b, h, q0);
+            A* dQ = dq_out + dql.at(b, h, q0);
             const A* LSE = lse + bhq * L + q0;
             const A* DELTA = delta.data() + bhq * L + q0;
             // P [nq, nk] = exp(score_mod(scale Q K^T) masked - lse)
-            tile_gemm(false, true, nq, nk, D, scale, Q, D, K, D, A(0), s.data(), ld);
+            tile_gemm(false, true, nq, nk, D, scale, Q, ldq, K, ldk, A(0), s.data(), ld);
             if (has_mod)
               score_mod.apply_tile(b, h, q0, nq, k0, nk, s.data(), ld, grad.data(), n_params > 0 ? suffix_tiles.data() : nullptr);
             if (!blk.full) {
@@ -139,12 +147,12 @@ void flex_backward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod
             // dV [nk, Dv] += P^T dO
             if constexpr (kLowp) {
               cast_f32_to_lowp(dtype_of<T>, low.data(), s.data(), nq * ld);
-              tile_gemm(true, false, nk, Dv, nq, 1.0f, low.data(), ld, dO, Dv, 1.0f, dv_acc.data(), Dv);
+              tile_gemm(true, false, nk, Dv, nq, 1.0f, low.data(), ld, dO, ldo, 1.0f, dv_acc.data(), Dv);
             } else {
-              tile_gemm(true, false, nk, Dv, nq, A(1), s.data(), ld, dO, Dv, A(1), dv_acc.data(), Dv);
+              tile_gemm(true, false, nk, Dv, nq, A(1), s.data(), ld, dO, ldo, A(1), dv_acc.data(), Dv);
             }
             // dP [nq, nk] = dO V^T
-            tile_gemm(false, true, nq, nk, Dv, A(1), dO, Dv, V, Dv, A(0), dp.data(), ld);
+            tile_gemm(false, true, nq, nk, Dv, A(1), dO, ldo, V, ldv, A(0), dp.data(), ld);
             // dS = P (dP - delta) is d loss / d(modified score): it feeds the score_mod's parameters,
             // then times d score_mod / d score it becomes d loss / d(scale q.k). Masked entries stay 0.
             for (std::int64_t i = 0; i < nq; ++i) {
@@ -165,16 +173,18 @@ void flex_backward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod
             // dK [nk, D] += scale dS^T Q;  dQ [nq, D] += scale dS K
             if constexpr (kLowp) {
               cast_f32_to_lowp(dtype_of<T>, low.data(), dp.data(), nq * ld);
-              tile_gemm(true, false, nk, D, nq, scale, low.data(), ld, Q, D, 1.0f, dk_acc.data(), D);
-              tile_gemm(false, false, nq, D, nk, scale, low.data(), ld, K, D, 1.0f, dq_out + (bhq * L + q0) * D, D);
+              tile_gemm(true, false, nk, D, nq, scale, low.data(), ld, Q, ldq, 1.0f, dk_acc.data(), D);
+              tile_gemm(false, false, nq, D, nk, scale, low.data(), ld, K, ldk, 1.0f, dQ, dql.row);
             } else {
-              tile_gemm(true, false, nk, D, nq, scale, dp.data(), ld, Q, D, A(1), dk_acc.data(), D);
-              tile_gemm(false, false, nq, D, nk, scale, dp.data(), ld, K, D, A(1), dq_out + (bhq * L + q0) * D, D);
+              tile_gemm(true, false, nk, D, nq, scale, dp.data(), ld, Q, ldq, A(1), dk_acc.data(), D);
+              tile_gemm(false, false, nq, D, nk, scale, dp.data(), ld, K, ldk, A(1), dQ, dql.row);
             }
           }
         }
-        std::copy_n(dk_acc.begin(), nk * D, dk + (bh * S + k0) * D);
-        std::copy_n(dv_acc.begin(), nk * Dv, dv + (bh * S + k0) * Dv);
+        for (std::int64_t r = 0; r < nk; ++r) {
+          std::copy_n(dk_acc.begin() + r * D, D, dk + lay.dk.at(b, hkv, k0 + r));
+          std::copy_n(dv_acc.begin() + r * Dv, Dv, dv + lay.dv.at(b, hkv, k0 + r));
+        }
       }
     }
   });
@@ -184,20 +194,24 @@ void flex_backward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod
     for (std::size_t p = 0; p < part.size(); ++p)
       for (std::size_t i = 0; i < part[p].size(); ++i) (*score_mod_grads)[p][i] += part[p][i];
   if (!dq_parts.empty()) {
-    parallel_for(0, q_elems, 1 << 14, [&](std::int64_t lo, std::int64_t hi) {
+    parallel_for(0, B * Hq * L, 64, [&](std::int64_t lo, std::int64_t hi) {
       for (const auto& buf : dq_parts)
-        for (std::int64_t i = lo; i < hi; ++i) dq[i] += buf[static_cast<std::size_t>(i)];
+        for (std::int64_t r = lo; r < hi; ++r) {
+          A* row = dq + lay.dq.at(r / (Hq * L), r / L % Hq, r % L);
+          const A* part = buf.data() + r * D;
+          for (std::int64_t j = 0; j < D; ++j) row[j] += part[j];
+        }
     });
   }
 }
 
-template void flex_backward<float>(const AttentionShape&, const BlockMask&, const ScoreMod&, const float*,
+template void flex_backward<float>(const AttentionShape&, const FlexLayout&, const BlockMask&, const ScoreMod&, const float*,
                                    const float*, const float*, const float*, const float*, const float*, float*, float*,
                                    float*, std::vector<std::vector<double>>*, const float*);
-template void flex_backward<bf16>(const AttentionShape&, const BlockMask&, const ScoreMod&, const bf16*, const bf16*,
+template void flex_backward<bf16>(const AttentionShape&, const FlexLayout&, const BlockMask&, const ScoreMod&, const bf16*, const bf16*,
                                   const bf16*, const bf16*, const bf16*, const float*, float*, float*, float*,
                                   std::vector<std::vector<double>>*, const float*);
-template void flex_backward<double>(const AttentionShape&, const BlockMask&, const ScoreMod&, const double*,
+template void flex_backward<double>(const AttentionShape&, const FlexLayout&, const BlockMask&, const ScoreMod&, const double*,
                                     const double*, const double*, const double*, const double*, const double*,
                                     double*, double*, double*, std::vector<std::vector<double>>*, const double*);
 

@@ -28,8 +28,8 @@ constexpr std::int64_t kSpanColumns = 512, kLowpSpanColumns = 2048;
 }  // namespace
 
 template <typename T>
-void flex_forward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod& score_mod, const T* q, const T* k,
-                  const T* v, Acc<T>* out, Acc<T>* lse) {
+void flex_forward(const AttentionShape& sh, const FlexLayout& lay, const BlockMask& bm, const ScoreMod& score_mod,
+                  const T* q, const T* k, const T* v, Acc<T>* out, Acc<T>* lse) {
   using A = Acc<T>;  // scores, softmax, accumulators: double for f64 inputs, float otherwise
   constexpr bool kLowp = !std::is_same_v<T, A>;
   const std::int64_t B = sh.batch, Hq = sh.q_heads, L = sh.q_len, S = sh.kv_len, D = sh.head_dim, Dv = sh.value_dim;
@@ -78,9 +78,9 @@ void flex_forward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod&
       const std::int64_t qi = it % nqb, bh = it / nqb, b = bh / Hq, h = bh % Hq;
       const std::int64_t hkv = h / group;
       const std::int64_t q0 = qi * qb, nq = std::min(qb, L - q0);
-      const T* Q = q + (bh * L + q0) * D;
-      const T* K = k + (b * sh.kv_heads + hkv) * S * D;
-      const T* V = v + (b * sh.kv_heads + hkv) * S * Dv;
+      const T* Q = q + lay.q.at(b, h, q0);
+      const T* K = k + lay.k.at(b, hkv, 0);
+      const T* V = v + lay.v.at(b, hkv, 0);
       merged_blocks(bm.partial, bm.full, mask_row(b, h, qi), blocks);
       std::fill_n(m.begin(), nq, ninf);
       std::fill_n(l.begin(), nq, A(0));
@@ -94,7 +94,7 @@ void flex_forward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod&
         const std::int64_t nk = std::min(S, (blocks[end - 1].index + 1) * kb) - k0;
         const std::int64_t ld = nk;
         // s [nq, nk] = scale * Q K^T
-        tile_gemm(false, true, nq, nk, D, scale, Q, D, K + k0 * D, D, A(0), s.data(), ld);
+        tile_gemm(false, true, nq, nk, D, scale, Q, lay.q.row, K + k0 * lay.k.row, lay.k.row, A(0), s.data(), ld);
         if (!score_mod.is_identity()) score_mod.apply_tile(b, h, q0, nq, k0, nk, s.data(), ld, nullptr);
         for (std::size_t x = first; x < end; ++x) {
           if (blocks[x].full) continue;
@@ -124,16 +124,16 @@ void flex_forward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod&
         // acc [nq, Dv] += P V; l above summed the f32 P, the product takes P rounded to T.
         if constexpr (kLowp) {
           if constexpr (!kFusedBF16) cast_f32_to_lowp(dtype_of<T>, p_low.data(), s.data(), nq * ld);
-          tile_gemm(false, false, nq, Dv, nk, 1.0f, p_low.data(), ld, V + k0 * Dv, Dv, 1.0f, acc.data(), Dv);
+          tile_gemm(false, false, nq, Dv, nk, 1.0f, p_low.data(), ld, V + k0 * lay.v.row, lay.v.row, 1.0f, acc.data(), Dv);
         } else {
-          tile_gemm(false, false, nq, Dv, nk, A(1), s.data(), ld, V + k0 * Dv, Dv, A(1), acc.data(), Dv);
+          tile_gemm(false, false, nq, Dv, nk, A(1), s.data(), ld, V + k0 * lay.v.row, lay.v.row, A(1), acc.data(), Dv);
         }
         first = end;
       }
-      A* O = out + (bh * L + q0) * Dv;
+      A* O = out + lay.out.at(b, h, q0);
       A* LSE = lse + bh * L + q0;
       for (std::int64_t i = 0; i < nq; ++i) {
-        A* o = O + i * Dv;
+        A* o = O + i * lay.out.row;
         if (l[i] > A(0) || std::isnan(l[i])) {  // l == 0: no key allowed; NaN: a NaN score (out, lse NaN)
           const A inv = A(1) / l[i];
           for (std::int64_t j = 0; j < Dv; ++j) o[j] = acc[static_cast<std::size_t>(i * Dv + j)] * inv;
@@ -147,11 +147,11 @@ void flex_forward(const AttentionShape& sh, const BlockMask& bm, const ScoreMod&
   });
 }
 
-template void flex_forward<float>(const AttentionShape&, const BlockMask&, const ScoreMod&, const float*, const float*,
+template void flex_forward<float>(const AttentionShape&, const FlexLayout&, const BlockMask&, const ScoreMod&, const float*, const float*,
                                   const float*, float*, float*);
-template void flex_forward<bf16>(const AttentionShape&, const BlockMask&, const ScoreMod&, const bf16*, const bf16*,
+template void flex_forward<bf16>(const AttentionShape&, const FlexLayout&, const BlockMask&, const ScoreMod&, const bf16*, const bf16*,
                                  const bf16*, float*, float*);
-template void flex_forward<double>(const AttentionShape&, const BlockMask&, const ScoreMod&, const double*,
+template void flex_forward<double>(const AttentionShape&, const FlexLayout&, const BlockMask&, const ScoreMod&, const double*,
                                    const double*, const double*, double*, double*);
 
 }  // namespace lmcore::attention::detail

@@ -1,4 +1,5 @@
-// Private: the flash-style kernels behind flex_attention and sdpa, on contiguous buffers.
+// Private: the flash-style kernels behind flex_attention and sdpa, on buffers laid out as FlexLayout
+// says (contiguous, or any strides with a contiguous last dim).
 //
 //   q [B, Hq, L, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv], out / d_out [B, Hq, L, Dv], lse [B, Hq, L]
 //   dq, dk, dv like q, k, v, in the compute type (overwritten)
@@ -61,15 +62,35 @@ inline void merged_blocks(const BlockRuns& partial, const BlockRuns& full, std::
 template <typename T>
 using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
-template <typename T>
-void flex_forward(const AttentionShape& shape, const BlockMask& mask, const ScoreMod& score_mod, const T* q,
-                  const T* k, const T* v, Acc<T>* out, Acc<T>* lse);
+// Element strides of a [B, H, rows, dim] operand whose last dim is contiguous (row >= dim, or one row).
+struct Strides4 {
+  std::int64_t b = 0, h = 0, row = 0;
+  std::int64_t at(std::int64_t bi, std::int64_t hi, std::int64_t r) const { return bi * b + hi * h + r * row; }
+};
+inline Strides4 dense4(std::int64_t heads, std::int64_t rows, std::int64_t dim) {
+  return {heads * rows * dim, rows * dim, dim};
+}
+// Where each operand of the kernels is: q, k, v, out, d_out, dq, dk, dv as [B, H, rows, dim] with these
+// strides (lse, d_lse and delta stay contiguous [B, Hq, L]).
+struct FlexLayout {
+  Strides4 q, k, v, out, d_out, dq, dk, dv;
+};
+// Every operand contiguous.
+inline FlexLayout dense_layout(const AttentionShape& sh) {
+  const Strides4 q = dense4(sh.q_heads, sh.q_len, sh.head_dim), k = dense4(sh.kv_heads, sh.kv_len, sh.head_dim);
+  const Strides4 v = dense4(sh.kv_heads, sh.kv_len, sh.value_dim), o = dense4(sh.q_heads, sh.q_len, sh.value_dim);
+  return {q, k, v, o, o, q, k, v};
+}
 
 template <typename T>
-void flex_backward(const AttentionShape& shape, const BlockMask& mask, const ScoreMod& score_mod, const T* q,
-                   const T* k, const T* v, const T* out, const T* d_out, const Acc<T>* lse, Acc<T>* dq, Acc<T>* dk,
-                   Acc<T>* dv, std::vector<std::vector<double>>* score_mod_grads = nullptr,
-                   const Acc<T>* d_lse = nullptr);
+void flex_forward(const AttentionShape& shape, const FlexLayout& layout, const BlockMask& mask,
+                  const ScoreMod& score_mod, const T* q, const T* k, const T* v, Acc<T>* out, Acc<T>* lse);
+
+template <typename T>
+void flex_backward(const AttentionShape& shape, const FlexLayout& layout, const BlockMask& mask,
+                   const ScoreMod& score_mod, const T* q, const T* k, const T* v, const T* out, const T* d_out,
+                   const Acc<T>* lse, Acc<T>* dq, Acc<T>* dk, Acc<T>* dv,
+                   std::vector<std::vector<double>>* score_mod_grads = nullptr, const Acc<T>* d_lse = nullptr);
 
 // One tile product on the calling thread, C = alpha op(A) op(B) + beta C (C f32, or f64 for f64 A and B),
 // row-major with row strides.

@@ -40,28 +40,29 @@ FlexOptions Llama::Impl::flex_options(const BlockMask* bm) const {
 }
 
 // q, k, v of qkv (B, T, Hq + 2 Hkv, hd) as (B, H, T, hd) views; y (B, T, Hq, hd) as (B, Hq, T, hd).
+// Flex attention reads the views through their strides and writes its f32 output straight into y (f32)
+// or into sA in y's layout, then rounded into y (bf16): no per-call copies.
 void Llama::Impl::attention_forward(const BlockActs& b) {
   const Tensor qkv_t = ct_tensor(b.qkv, {B, T, Hq + 2 * Hkv, hd});
   const Tensor q = qkv_t.narrow(2, 0, Hq).permute({0, 2, 1, 3});
   const Tensor k = qkv_t.narrow(2, Hq, Hkv).permute({0, 2, 1, 3});
   const Tensor v = qkv_t.narrow(2, Hq + Hkv, Hkv).permute({0, 2, 1, 3});
-  Tensor y_t = ct_tensor(b.y, {B, T, Hq, hd}).permute({0, 2, 1, 3});
-  Tensor lse_t = Tensor::from_blob(b.lse, {B, Hq, T}, DType::f32, nullptr);
+  float* y32 = f32() ? static_cast<float*>(b.y) : sA;
+  const Tensor y_t = Tensor::from_blob(y32, {B, T, Hq, hd}, DType::f32, nullptr).permute({0, 2, 1, 3});
+  const Tensor lse_t = Tensor::from_blob(b.lse, {B, Hq, T}, DType::f32, nullptr);
   if (doc_masks.empty()) {
-    const attention::FlexResult r = attention::flex_attention(q, k, v, flex_options(&mask));
-    y_t.copy_(r.out);
-    lse_t.copy_(r.lse);
-    return;
+    attention::flex_attention_into(q, k, v, y_t, lse_t, flex_options(&mask));
+  } else {
+    for (std::int64_t i = 0; i < B; ++i)
+      attention::flex_attention_into(q.narrow(0, i, 1), k.narrow(0, i, 1), v.narrow(0, i, 1), y_t.narrow(0, i, 1),
+                                     lse_t.narrow(0, i, 1), flex_options(&doc_masks[static_cast<std::size_t>(i)]));
   }
-  for (std::int64_t i = 0; i < B; ++i) {
-    const attention::FlexResult r = attention::flex_attention(q.narrow(0, i, 1), k.narrow(0, i, 1), v.narrow(0, i, 1),
-                                                              flex_options(&doc_masks[static_cast<std::size_t>(i)]));
-    y_t.narrow(0, i, 1).copy_(r.out);
-    lse_t.narrow(0, i, 1).copy_(r.lse);
-  }
+  store(b.y, y32, N * Q);
 }
 
 // dy (N, Q) compute dtype -> dqkv (N, QKV) f32 in sA, with RoPE's transpose applied to the q and k heads.
+// Flex attention writes dq, dk, dv straight into sA; in bf16 they are then rounded to bf16 (through cB,
+// free here), as the bf16 gradients of bf16 q, k, v are.
 void Llama::Impl::attention_backward(const BlockActs& b, const void* dy) {
   const Tensor qkv_t = ct_tensor(b.qkv, {B, T, Hq + 2 * Hkv, hd});
   const Tensor q = qkv_t.narrow(2, 0, Hq).permute({0, 2, 1, 3});
@@ -71,23 +72,21 @@ void Llama::Impl::attention_backward(const BlockActs& b, const void* dy) {
   const Tensor dy_t = ct_tensor(const_cast<void*>(dy), {B, T, Hq, hd}).permute({0, 2, 1, 3});
   const Tensor lse_t = Tensor::from_blob(b.lse, {B, Hq, T}, DType::f32, nullptr);
   const Tensor d_t = Tensor::from_blob(sA, {B, T, Hq + 2 * Hkv, hd}, DType::f32, nullptr);
-  Tensor dq = d_t.narrow(2, 0, Hq).permute({0, 2, 1, 3});
-  Tensor dk = d_t.narrow(2, Hq, Hkv).permute({0, 2, 1, 3});
-  Tensor dv = d_t.narrow(2, Hq + Hkv, Hkv).permute({0, 2, 1, 3});
+  const Tensor dq = d_t.narrow(2, 0, Hq).permute({0, 2, 1, 3});
+  const Tensor dk = d_t.narrow(2, Hq, Hkv).permute({0, 2, 1, 3});
+  const Tensor dv = d_t.narrow(2, Hq + Hkv, Hkv).permute({0, 2, 1, 3});
   if (doc_masks.empty()) {
-    const attention::FlexGrads g = attention::flex_attention_backward(q, k, v, y_t, lse_t, dy_t, flex_options(&mask));
-    dq.copy_(g.dq);
-    dk.copy_(g.dk);
-    dv.copy_(g.dv);
+    attention::flex_attention_backward_into(q, k, v, y_t, lse_t, dy_t, dq, dk, dv, flex_options(&mask));
   } else {
-    for (std::int64_t i = 0; i < B; ++i) {
-      const attention::FlexGrads g = attention::flex_attention_backward(
-          q.narrow(0, i, 1), k.narrow(0, i, 1), v.narrow(0, i, 1), y_t.narrow(0, i, 1), lse_t.narrow(0, i, 1),
-          dy_t.narrow(0, i, 1), flex_options(&doc_masks[static_cast<std::size_t>(i)]));
-      dq.narrow(0, i, 1).copy_(g.dq);
-      dk.narrow(0, i, 1).copy_(g.dk);
-      dv.narrow(0, i, 1).copy_(g.dv);
-    }
+    for (std::int64_t i = 0; i < B; ++i)
+      attention::flex_attention_backward_into(q.narrow(0, i, 1), k.narrow(0, i, 1), v.narrow(0, i, 1),
+                                              y_t.narrow(0, i, 1), lse_t.narrow(0, i, 1), dy_t.narrow(0, i, 1),
+                                              dq.narrow(0, i, 1), dk.narrow(0, i, 1), dv.narrow(0, i, 1),
+                                              flex_options(&doc_masks[static_cast<std::size_t>(i)]));
+  }
+  if (!f32()) {
+    store(cB, sA, N * QKV);
+    Tensor::from_blob(sA, {N * QKV}, DType::f32, nullptr).copy_(ct_tensor(cB, {N * QKV}));
   }
   rope_backward(sA, N, T, QKV, Hq + Hkv, rope);
 }

@@ -499,5 +499,68 @@ TEST(FlexAttention, MaskBuiltForAnotherBatchOrHeadCountIsAnError) {
   }
 }
 
+// flex_attention_into / _backward_into as a model calls them: q, k, v as views of one packed
+// (B, T, Hq + 2 Hkv, D) activation, out and dq, dk, dv written into views of wider buffers (a padded
+// head dim whose extra columns must stay untouched). The results equal those of the allocating entry
+// points bit for bit (rounded to the input dtype where those round), f32, f64 and bf16, with GQA, a
+// causal mask and an ALiBi score_mod (its parameter gradients returned); bad outputs are errors naming them.
+TEST(FlexAttention, IntoWritesStridedOutputsWithTheSameBits) {
+  const std::int64_t B = 2, T = 45, Hq = 4, Hkv = 2, D = 8, W = D + 3;
+  const BlockMask bm = create_block_mask(MaskMod::causal(), 1, 1, T, T, 16, 16);
+  FlexOptions opt;
+  opt.block_mask = &bm;
+  opt.return_lse = true;
+  opt.score_mod = ScoreMod::alibi({0.5f, 0.25f, 0.125f, 0.0625f});
+  for (const DType dt : {DType::f32, DType::f64, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const DType acc = dt == DType::f64 ? DType::f64 : DType::f32;
+    const Tensor qkv = random_f64({B, T, Hq + 2 * Hkv, D}, 21).to(dt);
+    const Tensor q = qkv.narrow(2, 0, Hq).permute({0, 2, 1, 3});
+    const Tensor k = qkv.narrow(2, Hq, Hkv).permute({0, 2, 1, 3});
+    const Tensor v = qkv.narrow(2, Hq + Hkv, Hkv).permute({0, 2, 1, 3});
+    const Tensor g = random_f64({B, T, Hq, D}, 22).to(dt).permute({0, 2, 1, 3});
+    const FlexResult r = flex_attention(q, k, v, opt);
+    const FlexGrads want = flex_attention_backward(q, k, v, r.out, r.lse, g, opt);
+
+    Tensor out_buf = Tensor::full({B, T, Hq, W}, 7.0, acc);
+    const Tensor out = out_buf.narrow(3, 0, D).permute({0, 2, 1, 3});
+    const Tensor lse = Tensor::empty({B, Hq, T}, acc);
+    flex_attention_into(q, k, v, out, lse, opt);
+    EXPECT_EQ(out.to(dt).to_vector<double>(), r.out.to_vector<double>());
+    EXPECT_EQ(lse.to_vector<double>(), r.lse.to_vector<double>());
+    EXPECT_EQ(out_buf.narrow(3, D, W - D).contiguous().to_vector<double>(),
+              std::vector<double>(static_cast<std::size_t>(B * T * Hq * (W - D)), 7.0));
+
+    Tensor d_buf = Tensor::full({B, T, Hq + 2 * Hkv, W}, 7.0, acc);
+    const Tensor d = d_buf.narrow(3, 0, D);
+    const Tensor dq = d.narrow(2, 0, Hq).permute({0, 2, 1, 3});
+    const Tensor dk = d.narrow(2, Hq, Hkv).permute({0, 2, 1, 3});
+    const Tensor dv = d.narrow(2, Hq + Hkv, Hkv).permute({0, 2, 1, 3});
+    const std::vector<Tensor> mod_grads = flex_attention_backward_into(q, k, v, r.out, r.lse, g, dq, dk, dv, opt);
+    EXPECT_EQ(dq.to(dt).to_vector<double>(), want.dq.to_vector<double>());
+    EXPECT_EQ(dk.to(dt).to_vector<double>(), want.dk.to_vector<double>());
+    EXPECT_EQ(dv.to(dt).to_vector<double>(), want.dv.to_vector<double>());
+    ASSERT_EQ(mod_grads.size(), want.score_mod_grads.size());
+    ASSERT_EQ(mod_grads.size(), 1u);
+    EXPECT_EQ(mod_grads[0].to_vector<double>(), want.score_mod_grads[0].to_vector<double>());
+    EXPECT_EQ(d_buf.narrow(3, D, W - D).contiguous().to_vector<double>(),
+              std::vector<double>(static_cast<std::size_t>(B * T * (Hq + 2 * Hkv) * (W - D)), 7.0));
+    EXPECT_GT(max_abs(want.dk.to(DType::f64)), 0.0);  // the comparison compares something
+
+    // Outputs that do not fit: the wrong dtype, a non-contiguous lse, a strided last dim.
+    const Tensor wrong = Tensor::empty({B, Hq, T, D}, dt == DType::f64 ? DType::f32 : DType::f64);
+    EXPECT_NE(error_of([&] { flex_attention_into(q, k, v, wrong, lse, opt); }).find("'out' must be"), std::string::npos);
+    const Tensor lse_t = Tensor::empty({B, T, Hq}, acc).permute({0, 2, 1});
+    EXPECT_NE(error_of([&] { flex_attention_into(q, k, v, out, lse_t, opt); }).find("'lse' must have contiguous strides"),
+              std::string::npos);
+    const Tensor spread = Tensor::empty({B, Hq, T, 2 * D}, acc).narrow(3, 0, 2 * D - 1);
+    const Tensor every_other = Tensor::from_blob(spread.data_ptr(), {B, Hq, T, D}, acc, nullptr,
+                                                 {Hq * T * 2 * D, T * 2 * D, 2 * D, 2});
+    EXPECT_NE(error_of([&] { flex_attention_backward_into(q, k, v, r.out, r.lse, g, every_other, dk, dv, opt); })
+                  .find("'dq' must have a contiguous last dim"),
+              std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace lmcore::attention

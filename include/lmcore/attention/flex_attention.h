@@ -68,6 +68,22 @@ FlexGrads flex_attention_backward(const Tensor& q, const Tensor& k, const Tensor
                                   const Tensor& lse, const Tensor& d_out, const Tensor& d_lse,
                                   const FlexOptions& options = {});
 
+// The same two passes writing into the caller's tensors instead of returning new ones, so that a
+// model's own buffers can take the results without a copy (Llama's attention reads q, k, v straight
+// from its packed qkv activations and writes dq, dk, dv into its packed gradient):
+//   out [B, Hq, L, Dv] and dq, dk, dv (shapes of q, k, v) in the compute dtype (f32; f64 for f64
+//   inputs), any strides with a contiguous last dim and rows that do not overlap; lse [B, Hq, L]
+//   contiguous, same dtype. The gradients are overwritten (not accumulated); the backward returns the
+//   score_mod parameter gradients (FlexGrads::score_mod_grads). Bad outputs are errors naming them.
+// Every entry point reads q, k, v (and out, d_out) through their strides when they are in the dtype
+// the kernels take (f32, f64, bf16 on the matrix units) and have a contiguous last dim: permuted
+// views are not copied. The results are those of contiguous inputs, bit for bit.
+void flex_attention_into(const Tensor& q, const Tensor& k, const Tensor& v, Tensor out, Tensor lse,
+                         const FlexOptions& options = {});
+std::vector<Tensor> flex_attention_backward_into(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                 const Tensor& out, const Tensor& lse, const Tensor& d_out,
+                                                 Tensor dq, Tensor dk, Tensor dv, const FlexOptions& options = {});
+
 // Multiply-add flops of the computed blocks (2 per multiply-add): forward counts S = QK^T and PV,
 // backward the five products of the standard flash backward (S, dP, dV, dK, dQ).
 struct FlexFlops {
