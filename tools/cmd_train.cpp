@@ -44,7 +44,8 @@ int run_train(int argc, char** argv) {
   app.add_flag("--recompute", o.recompute, "recompute each block's activations in backward instead of keeping them");
   std::string codegen = "off";
   app.add_option("--codegen", codegen,
-                 "on: RMSNorm and the MLP through generated kernels (lmcore codegen; f32; compiled or cached at start)")
+                 "on: RMSNorm and the blocks' weight products (MLP with fused SwiGLU) through generated kernels "
+                 "(lmcore codegen; f32; compiled and tuned, or cached, at start)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   std::string keep_gate_up = "auto";

@@ -325,7 +325,7 @@ BenchTable train_table(const BenchOptions& opt) {
   }
   const double tok = static_cast<double>(B * T);
   t.rows.push_back({"regular (--codegen off)", best_off * 1e3, tok / best_off, 1.0});
-  t.rows.push_back({"generated RMSNorm + MLP (--codegen on)", best_on * 1e3, tok / best_on, best_off / best_on});
+  t.rows.push_back({"generated kernels (--codegen on)", best_on * 1e3, tok / best_on, best_off / best_on});
   t.notes.push_back(fmt::format("best of {} alternating steps each (model forward_backward, no optimizer); load "
                                 "average {:.1f}",
                                 steps, load_average_1min()));

@@ -40,8 +40,10 @@ struct ModelOptions {
   std::int64_t seq_len = 0;       // T; 0 means config.max_seq_len
   DType compute = DType::f32;     // f32 or bf16
   bool recompute = false;
-  // RMSNorm and the MLP (gate/up + SwiGLU, down + residual) through generated kernels (lmcore/codegen:
-  // compiled at construction or loaded from the kernel cache, the generic kernels when no compiler).
+  // RMSNorm, the MLP (gate/up + SwiGLU, down + residual, d-input + SwiGLU backward) and every other
+  // product whose B is a block weight (qkv, o_proj + residual, the d-input products) through generated,
+  // tuned kernels (lmcore/codegen: compiled at construction or loaded from the kernel cache, the
+  // generic kernels when no compiler; a cold cache compiles and tunes 66 kernels, ~1 minute on 2 cores).
   // f32 compute only; bf16 keeps the regular path.
   bool codegen = false;
   // Keep each block's gate|up product (N x 2 ffn_dim in the compute dtype) for the backward. false
