@@ -96,10 +96,11 @@ TEST(LinearCrossEntropyPrecision, Bf16AndF16InputsMatchTheNaiveReference) {
   set_lowp_gemm_onednn(true);
 }
 
-// bf16 on the matrix units with whole-vocabulary tiles and no softcap: the single pass that keeps the
-// logits transposed (zT [V, T], column loops for the softmax, d_logits^T in bf16 for the products),
-// with every option that pass handles itself, ignored tokens, a ragged last token tile, and one and
-// two threads (vocabulary slices), against the naive f64 reference with the matrix-unit bounds above.
+// bf16 on the matrix units, forward and backward, no softcap: the tiles that keep the logits
+// transposed (zT [C, T], column loops for the softmax, d_logits^T in bf16 for the products), whole
+// vocabulary in one pass and in chunks over two passes, with every option that path handles itself,
+// ignored tokens, a ragged last token tile, and one and two threads (vocabulary slices), against the
+// naive f64 reference with the matrix-unit bounds above.
 TEST(LinearCrossEntropyPrecision, Bf16TransposedTilesMatchTheNaiveReference) {
   if (lowp_gemm_path(DType::bf16) != LowpGemmPath::onednn) GTEST_SKIP() << "no bf16 matrix units here";
   const std::int64_t n = 37, h = 48, v = 67;  // 37 = 2 * 16 + 5 tokens per tile; 67 vocabulary rows
@@ -114,11 +115,13 @@ TEST(LinearCrossEntropyPrecision, Bf16TransposedTilesMatchTheNaiveReference) {
   const int threads_before = num_threads();
   int runs = 0;
   for (int threads : {1, 2})
+    for (std::int64_t budget : {LossOptions().memory_budget, std::int64_t{4000}})
     for (bool with_bias : {false, true})
       for (bool weights : {false, true})
         for (Reduction red : {Reduction::mean, Reduction::sum, Reduction::none})
           for (double ls : {0.0, 0.1}) {
-            const std::string name = "threads " + std::to_string(threads) + (with_bias ? " bias" : "") +
+            const std::string name = "threads " + std::to_string(threads) +
+                                     (budget == 4000 ? " chunks of 62" : "") + (with_bias ? " bias" : "") +
                                      (weights ? " class weights" : "") + " " + std::string(reduction_name(red)) +
                                      " smoothing " + std::to_string(ls) + " ";
             SCOPED_TRACE(name);
@@ -128,6 +131,7 @@ TEST(LinearCrossEntropyPrecision, Bf16TransposedTilesMatchTheNaiveReference) {
             o.label_smoothing = ls;
             o.z_loss = 1e-3;
             o.token_tile = 16;
+            o.memory_budget = budget;  // 4000: 16 x 62 logits, two chunks of the 67 and two passes
             if (with_bias) o.bias = bias;
             if (weights) o.class_weight = cw;
             const Tensor g = red == Reduction::none ? test::random_uniform({n}, 26, 0.5, 1.5).to(DType::f32)
@@ -154,7 +158,7 @@ TEST(LinearCrossEntropyPrecision, Bf16TransposedTilesMatchTheNaiveReference) {
             ++runs;
           }
   set_num_threads(threads_before);
-  EXPECT_EQ(runs, 48);
+  EXPECT_EQ(runs, 96);
 }
 
 // The NaN rule on that pass: a NaN in one token's hidden state makes its loss, lse and d_hidden row NaN

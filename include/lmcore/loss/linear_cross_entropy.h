@@ -50,11 +50,12 @@
 // products (as FlashAttention rounds P), whose sums stay f32. The error of d_hidden and d_weight is
 // then at bf16's rounding floor (about eps_bf16/2 of max|want|) rather than f32's. Each product is
 // one gemm_lowp call spread over the pool; the tile's bf16 copy of d_logits counts against
-// memory_budget (T = budget / (V * 6) rows). Forward + backward with whole-vocabulary tiles of
-// T = budget / (V * 4) >= 512 rows (dense weight, no softcap) instead keep the tile transposed,
-// [V, T], and write the bf16 d_logits over it in place: the logits and d_weight products then read W
-// and d_logits without oneDNN re-blocking them, one vocabulary slice per thread, and the tile takes
-// 4 bytes a logit (plus one f32 [H, T] partial d_hidden per thread). set_lowp_gemm_onednn(false) or
+// memory_budget (T = budget / (V * 6) rows). Forward + backward together (dense weight, no softcap)
+// instead keep the tile transposed, [C, T], and write the bf16 d_logits over it in place: the logits
+// and d_weight products then read W and d_logits without oneDNN re-blocking them, one vocabulary slice
+// per thread, and the tile takes 4 bytes a logit (plus one f32 [H, T] partial d_hidden per thread):
+// whole-vocabulary tiles of T = budget / (V * 4) rows when that is >= 512, else chunks of the
+// vocabulary with up to 4096 rows, two passes. set_lowp_gemm_onednn(false) or
 // LMCORE_ONEDNN=0 gives the widened f32 path above.
 #pragma once
 
