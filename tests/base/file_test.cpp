@@ -42,9 +42,15 @@ class Pester {
       }
     });
   }
+  // Stops the signals; called before `target` is joined (a signal to a joined thread is undefined).
+  void stop() {
+    if (thread_.joinable()) {
+      stop_ = true;
+      thread_.join();
+    }
+  }
   ~Pester() {
-    stop_ = true;
-    thread_.join();
+    stop();
     ::sigaction(SIGUSR1, &old_, nullptr);
   }
 
@@ -54,6 +60,15 @@ class Pester {
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
+
+// Waits until `count` more signals have arrived, so each step of a test is interrupted however the
+// machine's load stretches the sleeps (a fixed sleep let a loaded run end with too few signals).
+void await_signals(int count) {
+  const int target = g_signals.load() + count;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (g_signals.load() < target && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+}
 
 std::string pattern(std::size_t n) {
   std::string s(n, '\0');
@@ -81,8 +96,9 @@ TEST(WriteAll, DeliversEveryByteThroughInterruptedAndShortWrites) {
       ASSERT_GE(n, 0) << std::strerror(errno);
       if (n == 0) break;
       got.append(buf, static_cast<std::size_t>(n));
-      if (got.size() % (256 << 10) < sizeof buf) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (got.size() % (256 << 10) < sizeof buf) await_signals(2);  // the writer blocks on a full pipe meanwhile
     }
+    pester.stop();
     writer.join();
   }
   ::close(p[0]);
@@ -103,9 +119,10 @@ TEST(ReadAll, CollectsEveryByteThroughInterruptedReads) {
     Pester pester(reader.native_handle());
     for (std::size_t off = 0; off < payload.size(); off += 65536) {
       ASSERT_EQ(write_all(p[1], payload.data() + off, std::min<std::size_t>(65536, payload.size() - off)), 0);
-      std::this_thread::sleep_for(std::chrono::microseconds(300));  // the reader waits, and is interrupted
+      await_signals(2);  // the reader waits on the empty pipe, and is interrupted
     }
     ::close(p[1]);
+    pester.stop();
     reader.join();
   }
   ::close(p[0]);
