@@ -18,6 +18,7 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include "src/dist/call.h"
+#include "src/dist/give_way.h"
 #include "src/dist/group_config.h"
 
 namespace lmcore::dist::detail {
@@ -88,6 +89,9 @@ class CallContext {
   int generation() const { return generation_; }
   const GroupConfig& config() const { return config_; }
   CallScratch& scratch() { return scratch_; }
+  // The groups this call gives way to (ProcessGroup::give_way_to); inactive when none.
+  const GiveWay& give_way() const { return give_way_ != nullptr ? *give_way_ : kNoGiveWay; }
+  void set_give_way(const GiveWay* g) { give_way_ = g; }
 
   // Slot `kind` of this call (see Slot); `step` numbers the data messages of one call (< 4096).
   std::uint64_t slot(Slot kind, std::uint32_t step = 0) const;
@@ -131,6 +135,8 @@ class CallContext {
   const GroupConfig& config_;
   const int generation_;
   CallScratch& scratch_;
+  const GiveWay* give_way_ = nullptr;
+  static inline const GiveWay kNoGiveWay{};
   const std::byte* shares_in_ = nullptr;  // message p at shares_in_ + p * share_stride_
   std::size_t share_stride_ = 0, share_offset_ = 0;
   const std::byte* own_share_ = nullptr;

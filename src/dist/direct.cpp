@@ -38,6 +38,7 @@ void DirectAllGather::run() {
 void DirectReduceScatter::run() {
   const int n = ctx_.size(), r = ctx_.rank();
   const std::size_t mine = seg_.len[static_cast<std::size_t>(r)];
+  const std::size_t es = dtype_size(dtype_);
   // 1. Part p of the group's scratch receives rank p's contribution to this rank's segment.
   auto& scratch = ctx_.scratch().ring;
   const std::size_t parts_bytes = std::max<std::size_t>(mine * static_cast<std::size_t>(n), 1);
@@ -47,30 +48,41 @@ void DirectReduceScatter::run() {
     CallContext::Buffer recv_buf(ctx_, parts, parts_bytes);
     CallContext::Buffer send_buf(ctx_, src_, seg_.end());
     const std::uint64_t slot = ctx_.slot(Slot::data, step_);
-    int recvs = 0, sends = 0;
-    for (int p = 0; p < n; ++p) {
-      if (p != r && mine > 0) {
-        recv_buf.recv(p, slot, static_cast<std::size_t>(p) * mine, mine);
-        ++recvs;
+    // A group that gives way to another (give_way.h) moves the data in pieces, one at a time; else
+    // in one piece. Every rank cuts every segment alike, and Gloo keeps one pair's messages on one
+    // slot in order, so piece j meets piece j.
+    const GiveWay& way = ctx_.give_way();
+    const int pieces = way.pieces(seg_.max_len(), n);
+    for (int j = 0; j < pieces; ++j) {
+      int recvs = 0, sends = 0;
+      std::size_t o = 0, l = 0;
+      for (int p = 0; p < n; ++p) {
+        piece_of(static_cast<std::size_t>(p) * mine, mine, j, pieces, es, o, l);
+        if (p != r && l > 0) {
+          recv_buf.recv(p, slot, o, l);
+          ++recvs;
+        }
       }
-    }
-    // 2. Segment p of `src` to rank p.
-    for (int k = 1; k < n; ++k) {
-      const int p = (r + k) % n;
-      const auto i = static_cast<std::size_t>(p);
-      if (seg_.len[i] > 0) {
-        send_buf.send(p, slot, seg_.off[i], seg_.len[i]);
-        ++sends;
+      // 2. Piece j of segment p of `src` to rank p (once the groups this one gives way to are idle).
+      if (way.active()) way.wait_clear(ctx_);
+      for (int k = 1; k < n; ++k) {
+        const int p = (r + k) % n;
+        const auto i = static_cast<std::size_t>(p);
+        piece_of(seg_.off[i], seg_.len[i], j, pieces, es, o, l);
+        if (l > 0) {
+          send_buf.send(p, slot, o, l);
+          ++sends;
+        }
       }
+      // 3. Wait for all of it.
+      for (int i = 0; i < recvs; ++i) recv_buf.wait_recv();
+      for (int i = 0; i < sends; ++i) send_buf.wait_send();
     }
-    // 3. Wait for all of it.
-    for (int i = 0; i < recvs; ++i) recv_buf.wait_recv();
-    for (int i = 0; i < sends; ++i) send_buf.wait_send();
   }
   if (mine == 0) return;
   // 4. Fold the n contributions in rank order.
   std::memcpy(parts + static_cast<std::size_t>(r) * mine, src_ + seg_.off[static_cast<std::size_t>(r)], mine);
-  const auto count = static_cast<std::int64_t>(mine / dtype_size(dtype_));
+  const auto count = static_cast<std::int64_t>(mine / es);
   fold_in_rank_order(out_, n, [&](int p) { return parts + static_cast<std::size_t>(p) * mine; }, count, dtype_, op_);
 }
 

@@ -28,7 +28,8 @@ class DirectAllGather {
 };
 
 // Reduce-scatter (segments as in RingReduceScatter): segment p of `src` goes to rank p, which folds
-// the n contributions in rank order into `out` (the same bits on every rank).
+// the n contributions in rank order into `out` (the same bits on every rank). In a group that gives
+// way to another (ProcessGroup::give_way_to), in pieces, each sent once the other group is idle.
 class DirectReduceScatter {
  public:
   DirectReduceScatter(CallContext& ctx, std::byte* src, std::byte* out, const Segments& seg, DType dtype,

@@ -25,6 +25,7 @@
 #include "src/dist/context.h"
 #include "src/dist/dist_log.h"
 #include "src/dist/flight_recorder_impl.h"
+#include "src/dist/give_way.h"
 #include "src/dist/group_config.h"
 #include "src/dist/membership.h"
 
@@ -58,6 +59,11 @@ struct GroupImpl {
     std::thread thread;
   };
   std::vector<P2PThread> p2p_threads;  // guarded by queue_mu
+
+  // This group's collectives queued or running (others may give way to it), and the groups this
+  // one gives way to (ProcessGroup::give_way_to).
+  std::shared_ptr<Activity> activity = std::make_shared<Activity>();
+  GiveWay give_way;  // guarded by queue_mu
 
   std::atomic<bool> aborted{false};
   std::atomic<bool> broken{false};

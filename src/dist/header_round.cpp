@@ -20,6 +20,7 @@ std::string header_text(const Header& h) {
   if (kind == OpKind::broadcast) s += fmt::format(" root={}", h.root);
   s += fmt::format(" in={} out={} elements (seq {}, generation {}; direct_max_bytes {}, ring_chunk_bytes {})",
                    h.count_in, h.count_out, h.seq, h.generation, h.direct_max_bytes, h.ring_chunk_bytes);
+  if (h.give_way_bytes != 0) s += fmt::format(" giving way in pieces of {} bytes", h.give_way_bytes);
   if (h.inline_bytes != 0) s += fmt::format(" with {} payload bytes", h.inline_bytes);
   if (h.local_error[0] != '\0') s += fmt::format(" invalid here: {}", std::string(h.local_error, strnlen(h.local_error, sizeof(h.local_error))));
   return s;
@@ -31,7 +32,8 @@ bool same_call(const Header& a, const Header& b, bool uneven_splits) {
   return a.generation == b.generation && a.seq == b.seq && a.op == b.op && a.dtype_in == b.dtype_in &&
          a.dtype_out == b.dtype_out && a.rop == b.rop && a.root == b.root &&
          (uneven_splits || (a.count_in == b.count_in && a.count_out == b.count_out)) &&
-         a.direct_max_bytes == b.direct_max_bytes && a.ring_chunk_bytes == b.ring_chunk_bytes;
+         a.direct_max_bytes == b.direct_max_bytes && a.ring_chunk_bytes == b.ring_chunk_bytes &&
+         a.give_way_bytes == b.give_way_bytes;
 }
 
 std::int64_t row_elements(const Tensor& t) {
@@ -85,6 +87,7 @@ Header make_header(const CallContext& ctx) {
   h.root = op.kind == OpKind::broadcast ? op.peer : -1;
   h.direct_max_bytes = ctx.config().direct_max_bytes;
   h.ring_chunk_bytes = ctx.config().ring_chunk_bytes;
+  h.give_way_bytes = ctx.give_way().piece_bytes;
   const Tensor& in = op.b.defined() ? op.b : op.a;
   if (in.defined()) {
     h.dtype_in = static_cast<std::uint8_t>(in.dtype());

@@ -29,6 +29,7 @@ struct Header {
   // The algorithm options: ranks that cut the data differently would not match up.
   std::uint64_t direct_max_bytes = 0;
   std::uint64_t ring_chunk_bytes = 0;
+  std::uint64_t give_way_bytes = 0;  // ProcessGroup::give_way_to's piece size (0: none): cuts the data
   std::uint8_t uneven_splits = 0;  // all_to_all_single with split sizes: a second round checks them
   std::uint32_t inline_bytes = 0;  // payload bytes that follow this header in the same message
   char local_error[96] = {};   // non-empty: this rank's arguments are invalid (reason)

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -296,6 +297,7 @@ void GroupImpl::execute(WorkState& w) {
   std::exception_ptr error;
   std::string status = "ok", error_text;
   std::string dump_reason;  // non-empty: write the flight recorder once the call is marked finished
+  GiveWay way;              // a copy: give_way_to() may change the group's meanwhile
   std::string where = is_p2p(op.kind) ? fmt::format("{} {} rank {} (#{}", name, op.kind == OpKind::send ? "to" : "from",
                                                      op.peer, op.seq)
                                       : fmt::format("{} (seq {}", name, op.seq);
@@ -313,6 +315,11 @@ void GroupImpl::execute(WorkState& w) {
     // send and recv run beside the collectives, on threads of their own: they bring their own scratch.
     CallScratch p2p_scratch;
     CallContext ctx(*transport, op, config, generation, is_p2p(op.kind) ? p2p_scratch : scratch);
+    if (!is_p2p(op.kind)) {
+      std::lock_guard<std::mutex> lock(queue_mu);
+      way = give_way;
+    }
+    ctx.set_give_way(&way);
     if (Clock::now() >= op.deadline) throw DeadlineSignal{};
     const Header header = make_header(ctx);
     if (op.kind != OpKind::all_gather) HeaderRound::run(ctx, header);  // all_gather overlaps it with its data
@@ -405,6 +412,7 @@ void GroupImpl::execute(WorkState& w) {
     r.peer = is_p2p(op.kind) || op.kind == OpKind::broadcast ? op.peer : -1;
     log.write(r);
   }
+  if (!is_p2p(op.kind)) activity->end();
   {
     std::lock_guard<std::mutex> lock(w.mu);
     w.done = true;
@@ -482,6 +490,22 @@ void* ProcessGroup::gloo_context() const { return impl_->transport->gloo_context
 
 void ProcessGroup::abort() { impl_->abort_now("abort() called"); }
 
+void ProcessGroup::give_way_to(const ProcessGroup& other, std::size_t piece_bytes) {
+  LMCORE_CHECK(other.impl_ != impl_, "give_way_to: group '{}' cannot give way to itself", impl_->config.name);
+  LMCORE_CHECK(piece_bytes >= 4096, "give_way_to: piece_bytes {} must be at least 4096", piece_bytes);
+  {
+    std::lock_guard<std::mutex> lock(other.impl_->queue_mu);
+    for (const auto& a : other.impl_->give_way.to) {
+      LMCORE_CHECK(a != impl_->activity, "give_way_to: group '{}' already gives way to '{}'; two groups that wait "
+                   "for each other would never send", other.impl_->config.name, impl_->config.name);
+    }
+  }
+  std::lock_guard<std::mutex> lock(impl_->queue_mu);
+  auto& to = impl_->give_way.to;
+  if (std::find(to.begin(), to.end(), other.impl_->activity) == to.end()) to.push_back(other.impl_->activity);
+  impl_->give_way.piece_bytes = piece_bytes;
+}
+
 std::string ProcessGroup::trace_json() const {
   TraceDump d;
   d.group = impl_->config.name;
@@ -523,6 +547,7 @@ Work ProcessGroup::enqueue(std::shared_ptr<detail::WorkState> state) {
       op.seq = static_cast<std::int64_t>(counter++);  // numbers the pair's messages (Slot::p2p_*)
     } else {
       op.seq = g.next_seq++;
+      g.activity->begin();  // ends with execute()
     }
     TraceEntry e;
     e.seq = op.seq;

@@ -259,6 +259,13 @@ ShardedLlama::ShardedLlama(const model::ModelConfig& config, const model::ModelO
     r.world_size = policy;
     k_group_ = std::make_unique<dist::ProcessGroup>(r);
   }
+  // The reduce-scatters leave the link to the all-gathers that the next unit waits for, and take
+  // the gaps between them (two groups that split one link evenly would finish a gather only when
+  // both are done, as one group does).
+  if (rs_group_) {
+    rs_group_->give_way_to(*pg_);
+    if (k_group_) rs_group_->give_way_to(*k_group_);
+  }
   access_ = std::make_unique<Access>(*this);
   model_->set_unit_access(access_.get());
 }

@@ -227,6 +227,18 @@ class ProcessGroup {
   // Like shrink(), and also admits the ranks waiting in join(); they get the highest new ranks.
   ProcessGroup reconfigure(const ShrinkOptions& options = {});
 
+  // ---- sharing a link with another group ----
+  // From now on this group's reduce-scatters (and the all_reduces that start with one) give way to
+  // `other`'s collectives on this rank: on the direct path they move their data in pieces of about
+  // `piece_bytes` (all peers together) and send each piece only while `other` has no collective
+  // queued or running here. Two groups over one link then do not split it evenly: the call that
+  // the caller waits for on `other` (sharded training's next all-gather) gets the link, and this
+  // group's data fills the gaps (a call on `other` waits for at most one piece). Every rank of the
+  // group calls it alike (the piece size is part of each call's header: ranks that differ get a
+  // mismatch); `other` must not give way to this group. Waits stay bounded by the call's deadline
+  // and released by abort(). Calls it again to give way to more groups; this generation only.
+  void give_way_to(const ProcessGroup& other, std::size_t piece_bytes = 512 * 1024);
+
   // ---- flight recorder ----
   std::string trace_json() const;              // the ring buffer as JSON
   std::string dump_trace(const std::string& path = "") const;  // writes it (atomic); returns the path
