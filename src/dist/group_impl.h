@@ -60,7 +60,7 @@ struct GroupImpl {
   };
   std::vector<P2PThread> p2p_threads;  // guarded by queue_mu
 
-  // This group's collectives queued or running (others may give way to it), and the groups this
+  // The callers waiting for this group's calls (others may give way to them), and the groups this
   // one gives way to (ProcessGroup::give_way_to).
   std::shared_ptr<Activity> activity = std::make_shared<Activity>();
   GiveWay give_way;  // guarded by queue_mu

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <limits>
 #include <mutex>
+#include <optional>
 
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/store.h>
@@ -412,7 +413,6 @@ void GroupImpl::execute(WorkState& w) {
     r.peer = is_p2p(op.kind) || op.kind == OpKind::broadcast ? op.peer : -1;
     log.write(r);
   }
-  if (!is_p2p(op.kind)) activity->end();
   {
     std::lock_guard<std::mutex> lock(w.mu);
     w.done = true;
@@ -445,6 +445,7 @@ bool Work::is_completed() const {
 
 void Work::wait() const {
   LMCORE_CHECK(state_ != nullptr, "Work::wait: empty Work");
+  detail::Activity::Waiting waiting(*group_->activity);
   std::unique_lock<std::mutex> lock(state_->mu);
   state_->cv.wait(lock, [&] { return state_->done; });
   if (state_->error) std::rethrow_exception(state_->error);
@@ -452,9 +453,11 @@ void Work::wait() const {
 
 void Work::wait(std::chrono::milliseconds timeout) const {
   LMCORE_CHECK(state_ != nullptr, "Work::wait: empty Work");
+  std::optional<detail::Activity::Waiting> waiting(std::in_place, *group_->activity);
   std::unique_lock<std::mutex> lock(state_->mu);
   if (!state_->cv.wait_for(lock, timeout, [&] { return state_->done; })) {
     lock.unlock();
+    waiting.reset();
     const char* name = detail::op_kind_name(state_->op.kind);
     group_->abort_now(fmt::format("Work.wait({} ms) on {} seq {} timed out", timeout.count(), name, state_->op.seq));
     throw DistError(DistErrorKind::timeout, name, state_->op.seq, {},
@@ -547,7 +550,6 @@ Work ProcessGroup::enqueue(std::shared_ptr<detail::WorkState> state) {
       op.seq = static_cast<std::int64_t>(counter++);  // numbers the pair's messages (Slot::p2p_*)
     } else {
       op.seq = g.next_seq++;
-      g.activity->begin();  // ends with execute()
     }
     TraceEntry e;
     e.seq = op.seq;
@@ -577,6 +579,7 @@ Work ProcessGroup::enqueue(std::shared_ptr<detail::WorkState> state) {
     }
   }
   if (run_here) {
+    detail::Activity::Waiting waiting(*g.activity);  // the caller waits for it, here
     g.execute(*state);
     std::lock_guard<std::mutex> lock(g.queue_mu);
     g.inline_running = false;

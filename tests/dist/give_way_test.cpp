@@ -1,7 +1,7 @@
 // ProcessGroup::give_way_to: a group's reduce-scatters in pieces (every size, rank count and the
-// all_reduce that starts with one) still match a local computation; they wait while the other group
-// has a collective in flight on the rank, and only then; abort() and the deadline release that wait;
-// ranks that disagree on giving way get a mismatch; the argument checks.
+// all_reduce that starts with one) still match a local computation; they wait while a caller waits
+// on the other group, and only then; abort() and the deadline release that wait; ranks that disagree
+// on giving way get a mismatch; the argument checks.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -46,12 +46,16 @@ TEST_P(GiveWay, ReduceScatterInPiecesMatchesLocalComputation) {
         Tensor in = Tensor::empty({count * n}, DType::f32);
         for (std::int64_t i = 0; i < count * n; ++i) in.data<float>()[i] = v(rank, i);
         Tensor out = Tensor::full({count}, -1.0, DType::f32);
-        // Half of the calls with the other group busy meanwhile.
+        // Half of the calls beside an all-gather of the other group that a thread waits on.
         Work g;
+        std::thread waiter;
         Tensor gin = Tensor::full({count}, rank, DType::f32), gout = Tensor::empty({count * n}, DType::f32);
-        if (op == ReduceOp::avg) g = main.all_gather_single_async(gout, gin);
+        if (op == ReduceOp::avg) {
+          g = main.all_gather_single_async(gout, gin);
+          waiter = std::thread([&] { g.wait(); });
+        }
         rs.reduce_scatter_single(out, in, testing::reduce_options(op));
-        if (op == ReduceOp::avg) g.wait();
+        if (waiter.joinable()) waiter.join();
         for (std::int64_t i = 0; i < count; ++i) {
           double want = 0;
           for (int p = 0; p < n; ++p) want += v(p, rank * count + i);
@@ -76,10 +80,11 @@ TEST_P(GiveWay, ReduceScatterInPiecesMatchesLocalComputation) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GiveWay, ::testing::Values(2, 3, 4));
 
-// Rank 1 issues the other group's all-gather a second late. Rank 0, whose all-gather is therefore in
-// flight all that time, must not finish its reduce-scatter before the all-gather; without
-// give_way_to it does (the check that the test can fail).
-void reduce_scatter_beside_a_late_all_gather(bool give_way) {
+// Rank 1 issues the other group's all-gather a second late, so on rank 0 it stays in flight all that
+// time. With give_way_to and a thread of rank 0 blocked on it, rank 0's reduce-scatter must not end
+// before the all-gather; without give_way_to, or with nobody waiting on the all-gather (a prefetch),
+// it ends first (which also shows that the test can fail).
+void reduce_scatter_beside_a_late_all_gather(bool give_way, bool someone_waits) {
   const std::string store = fresh_store("giveway-late");
   EXPECT_TRUE(run_ranks(2, [&](int rank) {
     ProcessGroup main(sharding_like(rank, 2, store, "main"));
@@ -90,11 +95,19 @@ void reduce_scatter_beside_a_late_all_gather(bool give_way) {
     Tensor gin = Tensor::full({1000}, rank, DType::f32), gout = Tensor::empty({2000}, DType::f32);
     if (rank == 0) {
       Work g = main.all_gather_single_async(gout, gin);
+      std::thread waiter;
+      if (someone_waits) {
+        waiter = std::thread([&] { g.wait(); });
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));  // until it blocks
+      }
       rs.reduce_scatter_single(out, in);
       const bool gathered = g.is_completed();
+      if (waiter.joinable()) waiter.join();
       g.wait();
-      RANK_CHECK(gathered == give_way, "the reduce-scatter finished {} the all-gather ({} give_way_to)",
-                 gathered ? "after" : "before", give_way ? "with" : "without");
+      const bool want = give_way && someone_waits;
+      RANK_CHECK(gathered == want, "the reduce-scatter finished {} the all-gather ({} give_way_to, {})",
+                 gathered ? "after" : "before", give_way ? "with" : "without",
+                 someone_waits ? "a thread waiting on it" : "nobody waiting on it");
     } else {
       Work r = rs.reduce_scatter_single_async(out, in);
       std::this_thread::sleep_for(std::chrono::seconds(1));
@@ -105,11 +118,13 @@ void reduce_scatter_beside_a_late_all_gather(bool give_way) {
   }));
 }
 
-TEST(GiveWayTiming, WaitsWhileTheOtherGroupHasACallInFlight) { reduce_scatter_beside_a_late_all_gather(true); }
-TEST(GiveWayTiming, WithoutItTheReduceScatterDoesNotWait) { reduce_scatter_beside_a_late_all_gather(false); }
+TEST(GiveWayTiming, WaitsWhileACallerWaitsOnTheOtherGroup) { reduce_scatter_beside_a_late_all_gather(true, true); }
+TEST(GiveWayTiming, DoesNotWaitForACallNobodyWaitsOn) { reduce_scatter_beside_a_late_all_gather(true, false); }
+TEST(GiveWayTiming, WithoutItTheReduceScatterDoesNotWait) { reduce_scatter_beside_a_late_all_gather(false, true); }
 
-// The other group's all-gather never completes (rank 1 never calls it): abort() of the giving-way
-// group releases its waiting reduce-scatter at once, and its deadline bounds the wait.
+// The other group's all-gather never completes (rank 1 never calls it) and a thread of rank 0 waits
+// on it: abort() of the giving-way group releases its waiting reduce-scatter at once, and its
+// deadline bounds the wait.
 TEST(GiveWayTiming, AbortAndTheDeadlineReleaseTheWait) {
   const std::string store = fresh_store("giveway-abort");
   EXPECT_TRUE(run_ranks(2, [&](int rank) {
@@ -122,7 +137,17 @@ TEST(GiveWayTiming, AbortAndTheDeadlineReleaseTheWait) {
     Tensor in2 = Tensor::full({200000}, 1.0, DType::f32), out2 = Tensor::empty({100000}, DType::f32);
     Tensor gin = Tensor::full({10}, 1.0, DType::f32), gout = Tensor::empty({20}, DType::f32);
     Work g;
-    if (rank == 0) g = main.all_gather_single_async(gout, gin);
+    std::thread waiter;
+    if (rank == 0) {
+      g = main.all_gather_single_async(gout, gin);
+      waiter = std::thread([&] {
+        try {
+          g.wait();
+        } catch (const DistError&) {
+        }
+      });
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
     Work w = rs.reduce_scatter_single_async(out, in);
     // 1. The deadline (800 ms) ends rs2's wait on rank 0 (and its peer's wait for rank 0's data).
     const auto t0 = Clock::now();
@@ -149,10 +174,7 @@ TEST(GiveWayTiming, AbortAndTheDeadlineReleaseTheWait) {
       RANK_CHECK(aborted, "the waiting reduce-scatter was not aborted");
       RANK_CHECK(took < 1.0, "abort released the wait after {:.2f} s", took);
       main.abort();
-      try {
-        g.wait();
-      } catch (const DistError&) {
-      }
+      waiter.join();
     } else {
       try {
         w.wait();

@@ -230,13 +230,18 @@ class ProcessGroup {
   // ---- sharing a link with another group ----
   // From now on this group's reduce-scatters (and the all_reduces that start with one) give way to
   // `other`'s collectives on this rank: on the direct path they move their data in pieces of about
-  // `piece_bytes` (all peers together) and send each piece only while `other` has no collective
-  // queued or running here. Two groups over one link then do not split it evenly: the call that
-  // the caller waits for on `other` (sharded training's next all-gather) gets the link, and this
-  // group's data fills the gaps (a call on `other` waits for at most one piece). Every rank of the
+  // `piece_bytes` (all peers together) and send each piece only while no caller on this rank is
+  // blocked on a call of `other` (in Work::wait or a blocking call). Two groups over one link then
+  // do not split it evenly when it matters: the call that a caller waits for on `other` (sharded
+  // training's next all-gather) gets the link, waiting for at most one piece, and this group's data
+  // fills the gaps; a call nobody waits for yet (a prefetch) shares the link. Every rank of the
   // group calls it alike (the piece size is part of each call's header: ranks that differ get a
   // mismatch); `other` must not give way to this group. Waits stay bounded by the call's deadline
-  // and released by abort(). Calls it again to give way to more groups; this generation only.
+  // and released by abort(). Call it again to give way to more groups; this generation only.
+  // It adds one dependency between the groups: a rank's sends here wait for its callers on `other`.
+  // A rank must not wait on `other` for a call that a peer makes only after waiting for a call of
+  // this group that the rank has not finished (they would wait for each other until the deadline);
+  // sharded training finishes its reduce-scatters in the same order on every rank, so it never does.
   void give_way_to(const ProcessGroup& other, std::size_t piece_bytes = 512 * 1024);
 
   // ---- flight recorder ----
