@@ -13,9 +13,10 @@
 //   backward  all-gathers again in reverse order, with prefetch; each unit's gradients leave through
 //             reduce_scatter_single (average over ranks, in reduce_dtype) as soon as its backward is
 //             done, on a second process group when separate_reduce_scatter_group is set (its own
-//             connections and progress thread, so it overlaps the all-gathers; it gives way to them
-//             on the link, ProcessGroup::give_way_to, so that an all-gather that compute waits for is
-//             not slowed by a reduce-scatter issued before it, which on one group it waits behind).
+//             connections and progress thread, so it overlaps the all-gathers; without prefetch it
+//             gives way to them on the link, ProcessGroup::give_way_to, so that the all-gather that
+//             compute waits for is not slowed by the reduce-scatter issued just before it, which on
+//             one group it waits behind).
 // The root unit (embedding, final norm, head) stays gathered through a micro-batch.
 //
 //   dist::ProcessGroup pg = dist::ProcessGroup::from_env();
@@ -42,7 +43,7 @@ struct FsdpOptions {
   // 1/k of them and all-gathers within groups of k ranks in backward.
   int reshard_after_forward = -1;
   int prefetch = 1;  // units whose all-gather is issued ahead of use (0: none)
-  // Reduce-scatters on a group of their own, which gives way to the all-gathers (see above).
+  // Reduce-scatters on a group of their own (without prefetch it gives way to the all-gathers: above).
   bool separate_reduce_scatter_group = false;
   DType param_dtype = DType::f32;   // all-gathered and computed in this dtype (f32 or bf16)
   DType reduce_dtype = DType::f32;  // gradients reduce-scattered in this dtype (f32 or bf16)
