@@ -392,6 +392,33 @@ std::string error_message(Fn&& fn) {
   return ::testing::AssertionFailure() << name << ": " << differ << " of " << x.size() << " elements differ";
 }
 
+// Runs the fused forward + backward once with allocated tiles (`plain`) and once with the caller's
+// workspace (`with`), expects the same bits in every output, and returns the first run's outputs with
+// the bytes each run allocated at its peak.
+struct WorkspaceRuns {
+  LinearCrossEntropyOutput plain;
+  std::size_t grow_plain = 0, grow_workspace = 0;
+};
+WorkspaceRuns expect_same_bits_with_workspace(const Tensor& hidden, const Tensor& weight, const Tensor& target,
+                                              const LossOptions& plain, const LossOptions& with, const Tensor& g) {
+  const std::int64_t v = weight.size(0), h = weight.size(1);
+  Tensor dw_a = Tensor::zeros({v, h}, plain.accumulate), dw_b = Tensor::zeros({v, h}, plain.accumulate);
+  WorkspaceRuns r;
+  const std::size_t base = current_bytes();
+  reset_peak_bytes();
+  r.plain = linear_cross_entropy_with_grad(hidden, weight, target, plain, g, dw_a, Tensor());
+  r.grow_plain = peak_bytes() - base;
+  const std::size_t base_b = current_bytes();
+  reset_peak_bytes();
+  const LinearCrossEntropyOutput b = linear_cross_entropy_with_grad(hidden, weight, target, with, g, dw_b, Tensor());
+  r.grow_workspace = peak_bytes() - base_b;
+  EXPECT_TRUE(same_bits("loss", b.loss, r.plain.loss));
+  EXPECT_TRUE(same_bits("lse", b.lse, r.plain.lse));
+  EXPECT_TRUE(same_bits("d_hidden", b.d_hidden, r.plain.d_hidden));
+  EXPECT_TRUE(same_bits("d_weight", dw_b, dw_a));
+  return r;
+}
+
 // LossOptions::workspace: tiles carved from the caller's memory give the bits of allocated ones, for
 // the forward, the backward and both at once: f32 over two slices (partial d_hidden sums), f64, bf16
 // (on the matrix units where they exist, else widened through conversion panels) and f16 (widened),
@@ -427,22 +454,11 @@ TEST(LinearCrossEntropyWorkspace, TilesInTheCallersMemoryGiveTheSameBits) {
       with.workspace = ws.data_ptr();
       with.workspace_bytes = need;
 
-      Tensor dw_a = Tensor::zeros({v, h}, o.accumulate), dw_b = Tensor::zeros({v, h}, o.accumulate);
-      const std::size_t base = current_bytes();
-      reset_peak_bytes();
-      const LinearCrossEntropyOutput a = linear_cross_entropy_with_grad(hidden, weight, target, o, g, dw_a, Tensor());
-      const std::size_t grow_plain = peak_bytes() - base;
-      const std::size_t base_b = current_bytes();
-      reset_peak_bytes();
-      const LinearCrossEntropyOutput b = linear_cross_entropy_with_grad(hidden, weight, target, with, g, dw_b, Tensor());
-      const std::size_t grow_ws = peak_bytes() - base_b;
-      EXPECT_TRUE(same_bits("loss", b.loss, a.loss));
-      EXPECT_TRUE(same_bits("lse", b.lse, a.lse));
-      EXPECT_TRUE(same_bits("d_hidden", b.d_hidden, a.d_hidden));
-      EXPECT_TRUE(same_bits("d_weight", dw_b, dw_a));
-      const std::vector<double> dh = a.d_hidden.to_vector<double>();
+      const WorkspaceRuns r = expect_same_bits_with_workspace(hidden, weight, target, o, with, g);
+      const std::vector<double> dh = r.plain.d_hidden.to_vector<double>();
       EXPECT_GT(*std::max_element(dh.begin(), dh.end()), 0.0);  // the comparison compares something
-      EXPECT_GE(grow_plain, grow_ws + need * 9 / 10) << "allocated " << grow_plain << " without, " << grow_ws << " with";
+      EXPECT_GE(r.grow_plain, r.grow_workspace + need * 9 / 10)
+          << "allocated " << r.grow_plain << " without, " << r.grow_workspace << " with";
 
       // Forward alone, with its smaller workspace; the backward alone from the forward's lse.
       with.workspace_bytes = need_fwd;
@@ -459,7 +475,8 @@ TEST(LinearCrossEntropyWorkspace, TilesInTheCallersMemoryGiveTheSameBits) {
 
       // One byte short, or not 64-byte aligned: errors naming both sizes / the address.
       with.workspace_bytes = need - 1;
-      const std::string shorter = error_message([&] { linear_cross_entropy_with_grad(hidden, weight, target, with, g, dw_b, Tensor()); });
+      Tensor dw_e = Tensor::zeros({v, h}, o.accumulate);
+      const std::string shorter = error_message([&] { linear_cross_entropy_with_grad(hidden, weight, target, with, g, dw_e, Tensor()); });
       EXPECT_NE(shorter.find("the workspace holds " + std::to_string(need - 1) + " bytes but the tiles need " +
                              std::to_string(need)), std::string::npos) << shorter;
       with.workspace = ws.data<std::uint8_t>() + 32;
@@ -494,24 +511,13 @@ TEST(LinearCrossEntropyWorkspace, TransposedTilesInTheCallersMemoryGiveTheSameBi
   LossOptions with = o;
   with.workspace = ws.data_ptr();
   with.workspace_bytes = need;
-  Tensor dw_a = Tensor::zeros({v, h}, DType::f32), dw_b = Tensor::zeros({v, h}, DType::f32);
-  const std::size_t base = current_bytes();
-  reset_peak_bytes();
-  const LinearCrossEntropyOutput a = linear_cross_entropy_with_grad(hidden, weight, target, o, g, dw_a, Tensor());
-  const std::size_t grow_plain = peak_bytes() - base;
-  const std::size_t base_b = current_bytes();
-  reset_peak_bytes();
-  const LinearCrossEntropyOutput b = linear_cross_entropy_with_grad(hidden, weight, target, with, g, dw_b, Tensor());
-  const std::size_t grow_ws = peak_bytes() - base_b;
-  EXPECT_TRUE(same_bits("loss", b.loss, a.loss));
-  EXPECT_TRUE(same_bits("lse", b.lse, a.lse));
-  EXPECT_TRUE(same_bits("d_hidden", b.d_hidden, a.d_hidden));
-  EXPECT_TRUE(same_bits("d_weight", dw_b, dw_a));
-  EXPECT_GE(grow_plain, grow_ws + 44000) << "allocated " << grow_plain << " without, " << grow_ws << " with";
+  const WorkspaceRuns r = expect_same_bits_with_workspace(hidden, weight, target, o, with, g);
+  EXPECT_GE(r.grow_plain, r.grow_workspace + 44000)
+      << "allocated " << r.grow_plain << " without, " << r.grow_workspace << " with";
   // The backward alone (untransposed, chunked tiles) fits the same workspace.
   Tensor dw_c = Tensor::zeros({v, h}, DType::f32), dw_d = Tensor::zeros({v, h}, DType::f32);
-  const Tensor dh_c = linear_cross_entropy_backward(hidden, weight, target, g, o, a.lse, dw_c, Tensor());
-  const Tensor dh_d = linear_cross_entropy_backward(hidden, weight, target, g, with, a.lse, dw_d, Tensor());
+  const Tensor dh_c = linear_cross_entropy_backward(hidden, weight, target, g, o, r.plain.lse, dw_c, Tensor());
+  const Tensor dh_d = linear_cross_entropy_backward(hidden, weight, target, g, with, r.plain.lse, dw_d, Tensor());
   EXPECT_TRUE(same_bits("backward d_hidden", dh_d, dh_c));
   EXPECT_TRUE(same_bits("backward d_weight", dw_d, dw_c));
   set_num_threads(saved);
