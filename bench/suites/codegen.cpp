@@ -25,6 +25,7 @@
 #include <fmt/format.h>
 
 #include "bench/suites/bench_suite.h"
+#include "lmcore/base/aligned_allocator.h"
 #include "lmcore/codegen/gemm.h"
 #include "lmcore/codegen/model_kernels.h"
 #include "lmcore/codegen/rmsnorm.h"
@@ -48,26 +49,8 @@ bool wants(const BenchOptions& o, const char* section) {
   return !any || std::find(o.args.begin(), o.args.end(), section) != o.args.end();
 }
 
-// Buffers on 64-byte boundaries, as the trainer's arena and parameters are (malloc's large blocks start
-// 16 bytes past a page: every 64-byte vector load or store of a kernel would straddle two cache lines).
-template <class T>
-struct Aligned64 {
-  using value_type = T;
-  Aligned64() = default;
-  template <class U>
-  Aligned64(const Aligned64<U>&) {}
-  T* allocate(std::size_t n) {
-    void* p = std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64);
-    if (!p) throw std::bad_alloc();
-    return static_cast<T*>(p);
-  }
-  void deallocate(T* p, std::size_t) { std::free(p); }
-  template <class U>
-  bool operator==(const Aligned64<U>&) const { return true; }
-  template <class U>
-  bool operator!=(const Aligned64<U>&) const { return false; }
-};
-using Floats = std::vector<float, Aligned64<float>>;
+// Buffers on 64-byte boundaries, as the trainer's arena and parameters are.
+using Floats = std::vector<float, CacheAlignedAllocator<float>>;
 
 Floats random_floats(std::size_t n, unsigned seed) {
   std::mt19937 rng(seed);

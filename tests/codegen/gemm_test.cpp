@@ -11,6 +11,7 @@
 #include <random>
 
 #include "codegen_test_util.h"
+#include "lmcore/base/aligned_allocator.h"
 #include "lmcore/codegen/cache.h"
 #include "lmcore/codegen/gemm.h"
 #include "lmcore/core/error.h"
@@ -40,20 +41,7 @@ constexpr double kU = 1.0 / (1 << 24);
 }
 
 // Buffers on 64-byte boundaries (the kernels' streaming stores need whole aligned lines).
-template <class T>
-struct Aligned64 {
-  using value_type = T;
-  Aligned64() = default;
-  template <class U>
-  Aligned64(const Aligned64<U>&) {}
-  T* allocate(std::size_t n) { return static_cast<T*>(std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64)); }
-  void deallocate(T* p, std::size_t) { std::free(p); }
-  template <class U>
-  bool operator==(const Aligned64<U>&) const { return true; }
-  template <class U>
-  bool operator!=(const Aligned64<U>&) const { return false; }
-};
-using Floats = std::vector<float, Aligned64<float>>;
+using Floats = std::vector<float, CacheAlignedAllocator<float>>;
 
 // Runs `k` on M rows with padded leading dimensions and checks C and (when stored) P. Padding: 3 floats
 // (rows start anywhere), or with `aligned_rows` up to the next 16 floats plus 16 (every row on a 64-byte
