@@ -50,12 +50,16 @@ struct PyAdamW {
 void bind_model(py::module_& m) {
   py::class_<model::Llama>(m, "Llama", "A Llama-style decoder-only transformer with hand-written backward.")
       .def(py::init([](const std::string& config_json, std::int64_t batch, std::int64_t seq_len, const std::string& dtype,
-                       bool recompute) {
-             return new model::Llama(model::ModelConfig::from_json(config_json, "config"),
-                                     {batch, seq_len, dtype_from_name(dtype), recompute});
+                       bool recompute, std::optional<bool> keep_gate_up) {
+             model::ModelOptions o{batch, seq_len, dtype_from_name(dtype), recompute};
+             o.keep_gate_up = keep_gate_up;
+             return new model::Llama(model::ModelConfig::from_json(config_json, "config"), o);
            }),
            py::arg("config_json"), py::arg("batch") = 1, py::arg("seq_len") = 0, py::arg("dtype") = "f32",
-           py::arg("recompute") = false)
+           py::arg("recompute") = false, py::arg("keep_gate_up") = py::none(),
+           "keep_gate_up: keep each block's gate|up product for the backward (True) or recompute it there "
+           "(False, same bits, less memory); None follows the size rule (kept below 2^26 parameters).")
+      .def_property_readonly("keeps_gate_up", &model::Llama::keeps_gate_up)
       .def("init_weights", &model::Llama::init_weights, py::arg("seed"))
       .def("zero_grad", &model::Llama::zero_grad)
       .def("params_updated", &model::Llama::params_updated)

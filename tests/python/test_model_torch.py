@@ -149,6 +149,27 @@ def test_recompute_gives_the_same_bits(tmp_path):
         assert np.array_equal(a, b)
 
 
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_keep_gate_up_choice_gives_the_same_bits(dtype):
+    cfg = make_config(num_hidden_layers=2)
+    x, y = batch(cfg, 2, 32, seed=5)
+    runs = []
+    for keep in (None, True, False):
+        m = lmcore.Llama(json.dumps(cfg), batch=2, seq_len=32, dtype=dtype, keep_gate_up=keep)
+        assert m.keeps_gate_up == (True if keep is None else keep)  # a small model keeps it by the size rule
+        m.init_weights(7)
+        m.zero_grad()
+        loss, _ = m.forward_backward(x, y)
+        runs.append((loss, [as_np(m.grad(n)).copy() for n in m.param_names()], m.activation_bytes))
+    assert runs[2][2] < runs[1][2]  # recomputing gate|up keeps less
+    for loss, grads, _ in runs[1:]:
+        assert loss == runs[0][0]
+        for a, b in zip(grads, runs[0][1]):
+            assert np.array_equal(a, b)
+    with pytest.raises(TypeError):
+        lmcore.Llama(json.dumps(cfg), batch=2, seq_len=32, keep_gate_up="yes")
+
+
 @pytest.fixture
 def widened_bf16_products():
     """bf16 products widened to f32 (exact products, as the model's own GEMMs take them): attention and
