@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "lmcore/codegen/cache.h"
 #include "lmcore/codegen/compiler.h"
 #include "lmcore/codegen/reference.h"
 #include "lmcore/codegen/runtime.h"
@@ -40,6 +41,21 @@ inline Options test_options(const std::string& dir = LMCORE_TEST_KERNEL_CACHE) {
   // Tests name their variants (or the defaults); the autotuning tests turn tuning on themselves.
   o.autotune = false;
   return o;
+}
+
+// Checks the tuning records under `dir`: exactly one, naming `winner` first and a time for every one of
+// `candidates` (their variant strings).
+inline void expect_one_tuning_record(const std::string& dir, const KernelCache& cache, const std::string& winner,
+                                     const std::vector<std::string>& candidates) {
+  std::size_t records = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/tune")) {
+    ++records;
+    const auto rec = cache.read_tuning(e.path().filename().string());
+    ASSERT_TRUE(rec.has_value());
+    EXPECT_EQ(rec->substr(0, rec->find(';')), winner) << *rec;
+    for (const auto& v : candidates) EXPECT_NE(rec->find(v + "="), std::string::npos) << *rec;
+  }
+  EXPECT_EQ(records, 1u);
 }
 
 // Whether the environment has a compiler; when not, the generic kernels must be used and say why.
