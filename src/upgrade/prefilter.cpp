@@ -454,7 +454,13 @@ bool scan_code(std::string_view s, std::size_t b, std::size_t e) {
         i = next;
       }
     } else if (act == 2) {
-      while (i < e && (kClass.ident[static_cast<unsigned char>(s[i])] || s[i] == '.')) ++i;
+      // A number: digits, letters (0x1f, 1e5, 2j) and the dots of a float (1.5, 1.e5, 1..real). A dot
+      // before a name that starts with no digit may begin an attribute (`1.0.unflatten`, `0x.t`),
+      // so the number ends there and the name is searched as code.
+      while (i < e && (kClass.ident[static_cast<unsigned char>(s[i])] || s[i] == '.')) {
+        if (s[i] == '.' && i + 1 < e && kClass.action[static_cast<unsigned char>(s[i + 1])] == 1) break;
+        ++i;
+      }
     } else {
       std::size_t next;
       if (skip_special(s, i, e, next)) return true;

@@ -375,6 +375,8 @@ TEST(UpgradePrefilter, NeverRulesOutAFileWithAFinding) {
       "import torch\nt = torch.ones(2)\nt.unflatten('C', ((\"A\", 1), (\"B\", 2)))\n",
       "import torch\nt = torch.ones(2)\nt.unflatten(1, sizes=((\"A\", 1), (\"B\", 2)))\n",
       "import torch\nf = torch.Tensor.rename\n",
+      // Found by fuzzing (a file shorter than 64 bytes): an attribute after a number and a dot.
+      "iimm.krcrnmesn(\"oC\")0x.nm0x.unflatten(\"C\")0x.nmo(\"C\")romk.",
       "x = '''unterminated\n",  // syntax errors: the tokenizer must see them
       "x = 'unterminated\n",
   };

@@ -1,0 +1,1 @@
+iimm.krcrnmesn("oC")0x.nm0x.unflatten("C")0x.nmo("C")romk.
