@@ -77,8 +77,35 @@ void F32ToF16(f16* HWY_RESTRICT dst, const float* HWY_RESTRICT src, std::int64_t
   for (; i < n; ++i) dst[i] = f16::from_f32(src[i]);
 }
 
+// f16 -> f32 with integer ops (the same bits on every target, F16C or not): move exponent and
+// mantissa into place and rebias the exponent; infinity and NaN get the f32 all-ones exponent (the
+// NaN payload kept); a subnormal's mantissa is read as 2^-14 * (1 + m/1024) and 2^-14 subtracted.
 void F16ToF32(float* HWY_RESTRICT dst, const f16* HWY_RESTRICT src, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) dst[i] = src[i].to_f32();
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::Rebind<std::uint16_t, decltype(df)> du16;
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(df));
+  const auto* in = reinterpret_cast<const std::uint16_t*>(src);
+  const auto exp_mask = hn::Set(du, 0x0F800000u);  // the f16 exponent field after the shift by 13
+  const auto rebias = hn::Set(du, (127u - 15u) << 23);
+  const auto inf_nan_extra = hn::Set(du, (128u - 16u) << 23);
+  const auto subnormal_one = hn::Set(du, 1u << 23);
+  const auto two_pow_minus_14 = hn::Set(df, 0x1.0p-14f);
+  std::int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto h = hn::PromoteTo(du, hn::LoadU(du16, in + i));
+    const auto shifted = hn::ShiftLeft<13>(hn::And(h, hn::Set(du, 0x7FFFu)));
+    const auto exp = hn::And(shifted, exp_mask);
+    const auto normal = hn::Add(shifted, rebias);
+    const auto inf_nan = hn::Add(normal, inf_nan_extra);
+    const auto subnormal =
+        hn::BitCast(du, hn::Sub(hn::BitCast(df, hn::Add(normal, subnormal_one)), two_pow_minus_14));
+    auto bits = hn::IfThenElse(hn::Eq(exp, exp_mask), inf_nan, normal);
+    bits = hn::IfThenElse(hn::Eq(exp, hn::Zero(du)), subnormal, bits);
+    const auto sign = hn::ShiftLeft<16>(hn::And(h, hn::Set(du, 0x8000u)));
+    hn::StoreU(hn::BitCast(df, hn::Or(bits, sign)), df, dst + i);
+  }
+  for (; i < n; ++i) dst[i] = src[i].to_f32();
 }
 
 }  // namespace lmcore::detail::HWY_NAMESPACE

@@ -46,6 +46,24 @@ void expect_vector_matches_scalar(DType narrow) {
 TEST(Cast, BF16VectorMatchesScalar) { expect_vector_matches_scalar<bf16>(DType::bf16); }
 TEST(Cast, F16VectorMatchesScalar) { expect_vector_matches_scalar<f16>(DType::f16); }
 
+// Every 16-bit pattern widened to f32 by the vector kernels (any length's tail included) gives the
+// scalar decode's bits, NaN payloads and subnormals included.
+TEST(Cast, EveryLowPrecisionPatternWidensAsScalar) {
+  for (DType narrow : {DType::bf16, DType::f16}) {
+    const std::int64_t n = 65536 + 5;
+    Tensor src = Tensor::empty({n}, narrow);
+    auto* bits = static_cast<std::uint16_t*>(src.data_ptr());
+    for (std::int64_t i = 0; i < n; ++i) bits[i] = static_cast<std::uint16_t>(i);
+    const Tensor fast = src.to(DType::f32);
+    Tensor ref = Tensor::empty({n}, DType::f32);
+    copy_cast_reference(src, ref);
+    const auto a = fast.to_vector<float>(), b = ref.to_vector<float>();
+    for (std::int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(a[i]), std::bit_cast<std::uint32_t>(b[i]))
+          << narrow << " bits 0x" << std::hex << (i & 0xFFFF);
+  }
+}
+
 TEST(Cast, RoundToNearestEven) {
   EXPECT_EQ(bf16::from_f32(std::bit_cast<float>(0x3F808000u)).bits, 0x3F80);  // tie, even stays
   EXPECT_EQ(bf16::from_f32(std::bit_cast<float>(0x3F818000u)).bits, 0x3F82);  // tie, odd rounds up
