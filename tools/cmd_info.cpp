@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "lmcore/core/gemm_lowp.h"
+#include "lmcore/core/matmul.h"
 #include "lmcore/core/parallel.h"
 #include "lmcore/core/runtime_info.h"
 #include "lmcore/version.h"
@@ -20,7 +21,7 @@ int run_info(int argc, char** argv) {
   fmt::print("blas            {}\n", blas_info());
   fmt::print("blas threads    {}\n", blas_num_threads());
   fmt::print("onednn          {}\n", onednn_info());
-  fmt::print("gemm f32        OpenBLAS sgemm\n");
+  fmt::print("gemm f32        {}\n", f32_gemm_path_description());
   fmt::print("gemm bf16       {}\n", lowp_gemm_path_description(DType::bf16));
   fmt::print("gemm f16        {}\n", lowp_gemm_path_description(DType::f16));
   fmt::print("lmcore threads  {}\n", num_threads());

@@ -444,6 +444,33 @@ Gemm col_block(const Gemm& g, std::int64_t lo, std::int64_t hi) {
   return s;
 }
 
+// Runs g as one block, or (may_split) cut into blocks over lmcore's pool. Rows are cut on multiples
+// of 16 (AMX tiles hold 16 rows) and columns on multiples of 64, and each block keeps at least ~2M
+// multiply-adds so a pool wake-up stays a small fraction.
+template <typename RunBlock>
+void run_cut(const Gemm& g, RunBlock run_block, bool may_split) {
+  const std::int64_t m = g.m, n = g.n, k = g.k;
+  const std::int64_t threads = may_split ? num_threads() : 1;
+  constexpr double kMinBlockMacs = 2.0 * 1024 * 1024;
+  const double macs = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const std::int64_t by_work = static_cast<std::int64_t>(macs / kMinBlockMacs);
+  const bool by_rows = m >= 64 * std::min<std::int64_t>(threads, 2) || m >= n;
+  const std::int64_t extent = by_rows ? m : n, align = by_rows ? 16 : 64;
+  const std::int64_t parts = std::max<std::int64_t>(1, std::min({threads, by_work, extent / align}));
+  if (parts <= 1) {
+    run_block(g);
+    return;
+  }
+  // Blocks on lmcore's pool, one single-threaded product each.
+  parallel_for(0, parts, 1, [&](std::int64_t p0, std::int64_t p1) {
+    for (std::int64_t p = p0; p < p1; ++p) {
+      const std::int64_t lo = p == 0 ? 0 : extent * p / parts / align * align;
+      const std::int64_t hi = p + 1 == parts ? extent : extent * (p + 1) / parts / align * align;
+      if (hi > lo) run_block(by_rows ? row_block(g, lo, hi) : col_block(g, lo, hi));
+    }
+  });
+}
+
 }  // namespace
 
 void gemm_lowp(DType ab, DType c_dtype, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
@@ -457,31 +484,29 @@ void gemm_lowp(DType ab, DType c_dtype, bool trans_a, bool trans_b, std::int64_t
     scale_c(c_dtype, m, n, beta, c, ldc);
     return;
   }
-  // 2. Path and cut. Rows are cut on multiples of 16 (AMX tiles hold 16 rows) and columns on multiples
-  // of 64, and each block keeps at least ~2M multiply-adds so a pool wake-up stays a small fraction.
+  // 2. Path and cut.
   const bool onednn = lowp_gemm_path(ab) == LowpGemmPath::onednn;
-  const auto run_block = [onednn](const Gemm& s) { onednn ? run_onednn_block(s) : run_widened_block(s); };
-  const std::int64_t threads = in_parallel_region() ? 1 : num_threads();
-  constexpr double kMinBlockMacs = 2.0 * 1024 * 1024;
-  const double macs = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  const std::int64_t by_work = static_cast<std::int64_t>(macs / kMinBlockMacs);
-  const bool by_rows = m >= 64 * std::min<std::int64_t>(threads, 2) || m >= n;
-  const std::int64_t extent = by_rows ? m : n, align = by_rows ? 16 : 64;
-  const std::int64_t parts = std::max<std::int64_t>(1, std::min({threads, by_work, extent / align}));
   const std::optional<BlasSingleThreaded> blas_guard =
       onednn ? std::nullopt : std::optional<BlasSingleThreaded>(std::in_place);
-  if (parts <= 1) {
-    run_block(g);
+  if (onednn) run_cut(g, run_onednn_block, !in_parallel_region());
+  else run_cut(g, run_widened_block, !in_parallel_region());
+}
+
+void gemm_f32_onednn(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                     const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+                     std::int64_t ldc, bool may_split) {
+  const Gemm g{DType::f32, DType::f32, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    scale_c(DType::f32, m, n, beta, c, ldc);
     return;
   }
-  // 3. Blocks on lmcore's pool, one single-threaded product each.
-  parallel_for(0, parts, 1, [&](std::int64_t p0, std::int64_t p1) {
-    for (std::int64_t p = p0; p < p1; ++p) {
-      const std::int64_t lo = p == 0 ? 0 : extent * p / parts / align * align;
-      const std::int64_t hi = p + 1 == parts ? extent : extent * (p + 1) / parts / align * align;
-      if (hi > lo) run_block(by_rows ? row_block(g, lo, hi) : col_block(g, lo, hi));
-    }
-  });
+  run_cut(g, run_onednn_block, may_split);
+}
+
+bool onednn_has_avx512() {
+  const auto want = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+  return env_allows_onednn() && (static_cast<unsigned>(effective_isa()) & want) == want;
 }
 
 LowpGemmPath lowp_gemm_path(DType ab) {

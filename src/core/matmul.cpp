@@ -1,8 +1,14 @@
 #include "lmcore/core/matmul.h"
 
 #include <cblas.h>
+#include <fmt/format.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cstring>
 #include <mutex>
+#include <string>
 
 #include "lmcore/core/gemm_lowp.h"
 #include "lmcore/core/parallel.h"
@@ -28,10 +34,62 @@ BlasSingleThreaded::~BlasSingleThreaded() {
   if (--g_blas_guards == 0 && g_blas_saved != 1) openblas_set_num_threads(g_blas_saved);
 }
 
+namespace {
+
+// OpenBLAS's sgemm kernels for these cores use AVX-512 (the names openblas_get_corename reports).
+bool openblas_core_has_avx512() {
+  const std::string name = openblas_get_corename();
+  for (const char* avx512 : {"skylakex", "cooperlake", "sapphirerapids"})
+    if (std::equal(name.begin(), name.end(), avx512, avx512 + std::strlen(avx512),
+                   [](char x, char y) { return std::tolower(static_cast<unsigned char>(x)) == y; }))
+      return true;
+  return false;
+}
+
+bool f32_rule_picks_onednn() {
+  static const bool onednn = onednn_has_avx512() && !openblas_core_has_avx512();
+  return onednn;
+}
+
+// -1: the rule; else a forced F32GemmPath.
+std::atomic<int> g_f32_forced{-1};
+
+}  // namespace
+
+F32GemmPath f32_gemm_path() {
+  const int forced = g_f32_forced.load(std::memory_order_relaxed);
+  if (forced >= 0) return static_cast<F32GemmPath>(forced);
+  return f32_rule_picks_onednn() ? F32GemmPath::onednn : F32GemmPath::openblas;
+}
+
+void set_f32_gemm_path(std::optional<F32GemmPath> path) {
+  g_f32_forced.store(path ? static_cast<int>(*path) : -1, std::memory_order_relaxed);
+}
+
+std::string f32_gemm_path_description() {
+  const std::string core = openblas_get_corename();
+  if (g_f32_forced.load() >= 0)
+    return f32_gemm_path() == F32GemmPath::onednn ? "oneDNN matmul (forced by set_f32_gemm_path)"
+                                                  : fmt::format("OpenBLAS sgemm, {} kernel (forced by set_f32_gemm_path)", core);
+  if (f32_gemm_path() == F32GemmPath::onednn)
+    return fmt::format("oneDNN matmul (OpenBLAS's {} kernel has no AVX-512; oneDNN's has)", core);
+  if (openblas_core_has_avx512()) return fmt::format("OpenBLAS sgemm, {} kernel (AVX-512)", core);
+  return fmt::format("OpenBLAS sgemm, {} kernel (oneDNN without AVX-512 here, or LMCORE_ONEDNN=0)", core);
+}
+
 void gemm_f32(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
               const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
               std::int64_t ldc) {
   if (m == 0 || n == 0) return;
+  if (f32_gemm_path() == F32GemmPath::onednn) {
+    bool guarded;
+    {
+      std::lock_guard<std::mutex> lock(g_blas_mutex);
+      guarded = g_blas_guards > 0;
+    }
+    gemm_f32_onednn(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, !guarded && !in_parallel_region());
+    return;
+  }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
               static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
               static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));

@@ -62,4 +62,14 @@ void set_lowp_gemm_onednn(bool enabled);
 // oneDNN's version and the instruction set its kernels use here, e.g. "2.6.3 avx512_core_amx".
 std::string onednn_info();
 
+// gemm_f32's product (lmcore/core/matmul.h: same arguments and contract) through oneDNN's f32 matmul,
+// cut over lmcore's pool like gemm_lowp when `may_split`, else on the calling thread. gemm_f32 calls
+// it where f32_gemm_path() says so.
+void gemm_f32_onednn(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                     const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+                     std::int64_t ldc, bool may_split);
+// True when oneDNN may be used (LMCORE_ONEDNN is not 0) and its kernels here use AVX-512
+// (avx512_core or better).
+bool onednn_has_avx512();
+
 }  // namespace lmcore

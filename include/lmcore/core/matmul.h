@@ -9,6 +9,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 
 #include "lmcore/core/tensor.h"
 
@@ -21,15 +23,30 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // matmul. The result is f64 (exact products, f64 sums) whatever the input dtype.
 Tensor matmul_reference(const Tensor& a, const Tensor& b);
 
-// Row-major C[M, N] = alpha * op(A) @ op(B) + beta * C, with op(X) = X or X^T. A thin wrapper over
-// cblas_sgemm for kernels (attention, loss) that manage their own buffers. lda/ldb/ldc are the row
-// strides in elements of A, B and C as stored.
+// Row-major C[M, N] = alpha * op(A) @ op(B) + beta * C, with op(X) = X or X^T, for kernels (attention,
+// loss) that manage their own buffers. lda/ldb/ldc are the row strides in elements of A, B and C as
+// stored. f32 runs on the path f32_gemm_path() names; f64 is always OpenBLAS's dgemm. Threads: as
+// cblas_sgemm, i.e. single-threaded inside a parallel_for body or under BlasSingleThreaded, else over
+// all threads (OpenBLAS's own, or lmcore's pool on the oneDNN path).
 void gemm_f32(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
               const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
               std::int64_t ldc);
 void gemm_f64(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
               const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double beta, double* c,
               std::int64_t ldc);
+
+// Where gemm_f32 runs. The rule (f32_gemm_path_description says which applied): oneDNN's f32 matmul
+// when its kernels use AVX-512 here and OpenBLAS's kernel for this CPU does not. Debian's OpenBLAS
+// 0.3.21 runs its Haswell (AVX2) kernel on Zen 4/5, where oneDNN's brgemm measured 1.7-2.1x faster
+// single-threaded (185-219 vs 102-111 GFLOPS for 2048^3 halves, the LCE, trainer and attention tile
+// shapes); on Intel's AVX-512 cores (SkylakeX, Cooperlake, SapphireRapids kernels) OpenBLAS stays.
+// LMCORE_ONEDNN=0 forces OpenBLAS.
+enum class F32GemmPath : std::uint8_t { openblas = 0, onednn = 1 };
+F32GemmPath f32_gemm_path();
+// One line for `lmcore info`: the path and why.
+std::string f32_gemm_path_description();
+// Forces a path from now on (tests, benchmarks); std::nullopt restores the rule.
+void set_f32_gemm_path(std::optional<F32GemmPath> path);
 
 // While alive, OpenBLAS runs single-threaded. For kernels (attention, loss) that call sgemm on tiles
 // from inside parallel_for: a threaded sgemm per tile from every worker oversubscribes the cores, and
