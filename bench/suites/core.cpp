@@ -1,5 +1,6 @@
 // lmcore bench core — the tensor core's kernels: sgemm GFLOPS (the yardstick other suites quote),
 // the casts that mixed precision leans on, reductions, sort and the embedding gradient.
+#include <algorithm>
 #include <vector>
 
 #include "bench/random_fill.h"
@@ -17,14 +18,31 @@ namespace lmcore::bench {
 std::vector<BenchTable> run_core_gemm_lowp(const BenchOptions& options);
 
 std::vector<BenchTable> run_core_suite(const BenchOptions& options) {
-  BenchTable gemm{"core: sgemm (OpenBLAS)", {"M", "N", "K", "ms", "GFLOPS"}, {}, {}};
+  // Both f32 paths on the same operands, best of alternating rounds: the measurement behind
+  // f32_gemm_path()'s rule, repeated on whatever CPU this runs on.
+  BenchTable gemm{"core: sgemm (matmul f32), OpenBLAS vs oneDNN",
+                  {"M", "N", "K", "ms", "GFLOPS", "OpenBLAS GFLOPS", "oneDNN GFLOPS", "oneDNN / OpenBLAS"}, {}, {}};
   const std::vector<std::int64_t> sizes = options.quick ? std::vector<std::int64_t>{512}
                                                         : std::vector<std::int64_t>{256, 512, 1024, 2048};
+  const double gemm_budget = options.quick ? 0.2 : 0.5;
   for (std::int64_t n : sizes) {
     Tensor a = random_uniform({n, n}, 1), b = random_uniform({n, n}, 2);
-    const double s = time_median([&] { (void)matmul(a, b); }, options.quick ? 3 : 5);
-    gemm.rows.push_back({n, n, n, s * 1e3, 2.0 * n * n * n / s / 1e9});
+    double best[2] = {1e30, 1e30}, taken = 1e30;
+    for (int round = 0; round < 3; ++round) {
+      for (F32GemmPath path : {F32GemmPath::openblas, F32GemmPath::onednn}) {
+        set_f32_gemm_path(path);
+        double& b_path = best[static_cast<int>(path)];
+        b_path = std::min(b_path, time_best([&] { (void)matmul(a, b); }, gemm_budget));
+      }
+      set_f32_gemm_path(std::nullopt);
+      taken = std::min(taken, time_best([&] { (void)matmul(a, b); }, gemm_budget));
+    }
+    const double flop = 2.0 * n * n * n;
+    gemm.rows.push_back({n, n, n, taken * 1e3, flop / taken / 1e9, flop / best[0] / 1e9, flop / best[1] / 1e9,
+                         best[0] / best[1]});
   }
+  gemm.notes.push_back(fmt::format("ms, GFLOPS: the path gemm_f32 takes here: {}", f32_gemm_path_description()));
+  gemm.notes.push_back(fmt::format("threads {}; best of 3 alternating rounds", num_threads()));
 
   BenchTable cast{"core: casts, contiguous", {"op", "elements", "ms", "GB/s (in+out)"}, {}, {}};
   const std::int64_t n = options.quick ? (1 << 22) : (1 << 24);
