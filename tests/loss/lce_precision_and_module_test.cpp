@@ -200,9 +200,12 @@ TEST(LinearCrossEntropyPrecision, TilingKeepsWholeVocabularyTilesOnlyWhileTheyHo
   const auto units = [&](std::int64_t n, std::int64_t v) {
     return choose_tiling("t", n, 1024, v, 6, o, false, 1, 512, 4096);
   };
-  EXPECT_EQ(blas(4096, 128256).rows, (128 << 20) / (128256 * 4));  // 261 rows >= 64: whole vocabulary
+  // Whole-vocabulary tiles: as many as the budget's rows need, evened out.
+  EXPECT_EQ((128 << 20) / (128256 * 4), 261);
+  EXPECT_EQ(blas(4096, 128256).rows, 256);  // 261 rows >= 64: whole vocabulary, 16 tiles of 256
   EXPECT_EQ(blas(4096, 128256).cols, 128256);
-  EXPECT_EQ(units(4096, 32000).rows, (128 << 20) / (32000 * 6));  // 699 rows >= 512
+  EXPECT_EQ((128 << 20) / (32000 * 6), 699);
+  EXPECT_EQ(units(4096, 32000).rows, 683);  // 699 rows >= 512: 6 tiles of 683 (the last 681)
   EXPECT_EQ(units(4096, 32000).cols, 32000);
   const loss_detail::Tiling big = units(4096, 128256);  // 174 rows < 512: 4096 rows x 5461 columns
   EXPECT_EQ(big.rows, 4096);
@@ -217,24 +220,25 @@ TEST(LinearCrossEntropyPrecision, TilingKeepsWholeVocabularyTilesOnlyWhileTheyHo
   EXPECT_EQ(units(200, 128256).cols, (128 << 20) / (200 * 6));
 }
 
-// The budget rule of the BLAS paths: memory_budget, capped at an eighth of the [N, V] logits in the
+// The budget rule of the BLAS paths: memory_budget, capped at a twelfth of the [N, V] logits in the
 // accumulation type, never under kMinTileBudget.
-TEST(LinearCrossEntropyPrecision, TileBudgetIsAnEighthOfTheUnfusedLogitsAtMost) {
+TEST(LinearCrossEntropyPrecision, TileBudgetIsATwelfthOfTheUnfusedLogitsAtMost) {
   using loss_detail::tile_budget;
   LossOptions o;  // 128 MiB
-  EXPECT_EQ(tile_budget(2048, 32000, 4, o), std::int64_t{2048} * 32000 * 4 / 8);  // 31.25 MiB: 256 rows
-  EXPECT_EQ(tile_budget(2048, 128256, 4, o), std::int64_t{2048} * 128256 * 4 / 8);  // 125.25 MiB
+  EXPECT_EQ(tile_budget(2048, 32000, 4, o), std::int64_t{2048} * 32000 * 4 / 12);  // 20.8 MiB: 170 rows
+  EXPECT_EQ(tile_budget(2048, 128256, 4, o), std::int64_t{2048} * 128256 * 4 / 12);  // 83.5 MiB
   EXPECT_EQ(tile_budget(4096, 128256, 4, o), o.memory_budget);                      // capped by the option
-  EXPECT_EQ(tile_budget(2048, 32000, 8, o), std::int64_t{2048} * 32000 * 8 / 8);    // f64 logits
+  EXPECT_EQ(tile_budget(2048, 32000, 8, o), std::int64_t{2048} * 32000 * 8 / 12);   // f64 logits
   EXPECT_EQ(tile_budget(70, 300, 8, o), loss_detail::kMinTileBudget);                // small: the floor
   o.memory_budget = 20000;
   EXPECT_EQ(tile_budget(2048, 32000, 4, o), 20000);  // an explicit small budget stays
   EXPECT_EQ(tile_budget(std::int64_t{1} << 40, std::int64_t{1} << 30, 8, o), 20000);  // no overflow
-  // The chosen tiling for N = 2048, V = 32000 in f32: whole-vocabulary tiles of 256 rows.
+  // The chosen tiling for N = 2048, V = 32000 in f32: 13 whole-vocabulary tiles (170 rows fit the
+  // budget), evened out to 158 rows (the last 152).
   o = LossOptions();
   o.memory_budget = tile_budget(2048, 32000, 4, o);
   const loss_detail::Tiling t = loss_detail::choose_tiling("t", 2048, 1024, 32000, 4, o, false);
-  EXPECT_EQ(t.rows, 256);
+  EXPECT_EQ(t.rows, 158);
   EXPECT_EQ(t.cols, 32000);
 }
 
