@@ -39,7 +39,9 @@ void gemm_f64(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::i
 // when its kernels use AVX-512 here and OpenBLAS's kernel for this CPU does not. Debian's OpenBLAS
 // 0.3.21 runs its Haswell (AVX2) kernel on Zen 4/5, where oneDNN's brgemm measured 1.7-2.1x faster
 // single-threaded (185-219 vs 102-111 GFLOPS for 2048^3 halves, the LCE, trainer and attention tile
-// shapes); on Intel's AVX-512 cores (SkylakeX, Cooperlake, SapphireRapids kernels) OpenBLAS stays.
+// shapes). Where OpenBLAS has an AVX-512 kernel (SkylakeX, Cooperlake, SapphireRapids: Intel) it
+// stays, as before: it measured 205 GFLOPS per core on a Sapphire Rapids Xeon, and oneDNN's f32 has
+// not been timed there yet (`lmcore bench core` times both paths side by side on any CPU).
 // LMCORE_ONEDNN=0 forces OpenBLAS.
 enum class F32GemmPath : std::uint8_t { openblas = 0, onednn = 1 };
 F32GemmPath f32_gemm_path();
