@@ -278,8 +278,12 @@ std::size_t back_over_blanks(std::string_view s, std::size_t k) {
   return k;
 }
 
-// After the word `import` at we: `import torch` or `import torch.x` without `as` binds torch.
-void note_import(std::string_view s, std::size_t we) {
+// The word `import` at [wb, we): `import torch` or `import torch.x` without `as`, as a statement of
+// its own, binds torch. Only at a statement's start (a line's, or after `;`): `i import torch` binds
+// nothing, and an import after `if x:` is not counted either (the test must err towards candidates).
+void note_import(std::string_view s, std::size_t wb, std::size_t we) {
+  const std::size_t k = back_over_blanks(s, wb);
+  if (k > 0 && s[k - 1] != '\n' && s[k - 1] != ';') return;
   std::size_t p = skip_blank(s, we);
   if (s.compare(p, 5, "torch") != 0 || (p + 5 < s.size() && kClass.ident[static_cast<unsigned char>(s[p + 5])])) return;
   p += 5;
@@ -345,7 +349,7 @@ bool identifier_triggers(const Words& w, std::string_view s, std::size_t wb, std
     }
     case Trigger::op: return op_trigger(s, wb, we);
     case Trigger::import:
-      note_import(s, we);
+      note_import(s, wb, we);
       return false;
   }
   return false;

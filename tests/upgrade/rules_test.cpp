@@ -377,6 +377,8 @@ TEST(UpgradePrefilter, NeverRulesOutAFileWithAFinding) {
       "import torch\nf = torch.Tensor.rename\n",
       // Found by fuzzing (a file shorter than 64 bytes): an attribute after a number and a dot.
       "iimm.krcrnmesn(\"oC\")0x.nm0x.unflatten(\"C\")0x.nmo(\"C\")romk.",
+      // ... and `import torch` that is no statement of its own binds nothing.
+      "i      import torch\nt = torch.align_as()\n",
       "x = '''unterminated\n",  // syntax errors: the tokenizer must see them
       "x = 'unterminated\n",
   };

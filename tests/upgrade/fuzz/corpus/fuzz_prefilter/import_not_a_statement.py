@@ -1,0 +1,2 @@
+i      import torch
+t = torch.align_as()
