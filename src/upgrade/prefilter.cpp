@@ -31,15 +31,7 @@ namespace lmcore::upgrade {
 
 namespace {
 
-enum class Trigger : std::uint8_t { none, word, attribute, keyword, op, import };
-
-// Per call of may_have_python_findings: `torch.rename`-like references were let through on the
-// assumption that torch names the module, which holds only if the code has `import torch`.
-struct TorchModule {
-  bool imported = false;  // `import torch` / `import torch.x` (no `as`) seen in code
-  bool assumed = false;   // some reference was let through on that assumption
-};
-thread_local TorchModule tl_torch;
+enum class Trigger : std::uint8_t { none, word, attribute, keyword, op };
 
 // The trigger words in an open-addressed table keyed by length and the first, second and last
 // bytes: most identifiers of a file miss on the first probe without comparing any bytes.
@@ -50,7 +42,6 @@ class Words {
     for (std::string_view s : {"rename", "rename_", "align_to", "align_as", "has_names", "refine_names", "unflatten"})
       add(s, Trigger::attribute);
     add("names", Trigger::keyword);
-    add("import", Trigger::import);
     // Reached through imports and aliases: anywhere.
     for (std::string_view s :
          {"Unflatten", "align_tensors", "all_gather_into_tensor", "reduce_scatter_tensor", "all_gather_tensor",
@@ -265,45 +256,6 @@ bool call_has_string_arg(std::string_view s, std::size_t p) {
   return false;
 }
 
-// The attribute at [wb, we) follows `torch.` (the module: torch.unflatten, torch.rename), which
-// Checker::classify_receiver never takes for a tensor and check_call leaves to check_attribute.
-// Back over spaces and line continuations from k; a plain line end stops (it may end a statement).
-std::size_t back_over_blanks(std::string_view s, std::size_t k) {
-  while (k > 0) {
-    if (s[k - 1] == ' ' || s[k - 1] == '\t' || s[k - 1] == '\f') --k;
-    else if (s[k - 1] == '\n' && k >= 2 && s[k - 2] == '\\') k -= 2;
-    else if (s[k - 1] == '\n' && k >= 3 && s[k - 2] == '\r' && s[k - 3] == '\\') k -= 3;
-    else break;
-  }
-  return k;
-}
-
-// The word `import` at [wb, we): `import torch` or `import torch.x` without `as`, as a statement of
-// its own, binds torch. Only at a statement's start (a line's, or after `;`): `i import torch` binds
-// nothing, and an import after `if x:` is not counted either (the test must err towards candidates).
-void note_import(std::string_view s, std::size_t wb, std::size_t we) {
-  const std::size_t k = back_over_blanks(s, wb);
-  if (k > 0 && s[k - 1] != '\n' && s[k - 1] != ';') return;
-  std::size_t p = skip_blank(s, we);
-  if (s.compare(p, 5, "torch") != 0 || (p + 5 < s.size() && kClass.ident[static_cast<unsigned char>(s[p + 5])])) return;
-  p += 5;
-  while (p < s.size() && (kClass.ident[static_cast<unsigned char>(s[p])] || s[p] == '.')) ++p;
-  p = skip_blank(s, p);
-  if (p >= s.size() || s[p] == '\n' || s[p] == '\r' || s[p] == ';' || s[p] == '#') tl_torch.imported = true;
-}
-
-bool on_torch_module(std::string_view s, std::size_t wb) {
-  std::size_t k = back_over_blanks(s, wb);
-  if (k == 0 || s[k - 1] != '.') return false;
-  k = back_over_blanks(s, k - 1);
-  const std::size_t end = k;
-  while (k > 0 && kClass.ident[static_cast<unsigned char>(s[k - 1])]) --k;
-  const char before = previous(s, k);
-  if (end - k != 5 || s.compare(k, 5, "torch") != 0 || before == '.' || before == kUnknown) return false;
-  tl_torch.assumed = true;  // checked at the end: the code must import torch
-  return true;
-}
-
 // Skips a string literal whose opening quote is at p; returns the offset after its closing quote
 // (or the end). An f-string's body may hold code, so it is searched for triggers as code.
 std::size_t skip_string(std::string_view s, std::size_t p, bool fstring, bool& hit);
@@ -332,7 +284,9 @@ bool identifier_triggers(const Words& w, std::string_view s, std::size_t wb, std
     case Trigger::word: return true;
     case Trigger::attribute: {
       const char before = previous(s, wb);
-      if ((before == '.' || before == kUnknown) && !on_torch_module(s, wb)) {
+      // On `torch.` too: whether that names the module (no finding) or an unknown name (a
+      // low-confidence one) depends on how the checker reads the file's imports.
+      if (before == '.' || before == kUnknown) {
         // unflatten is a finding only with a dimension name or a named shape.
         if (we - wb != 9 || s.compare(wb, 9, "unflatten") != 0) return true;
         const std::size_t p = skip_blank(s, we);
@@ -348,9 +302,6 @@ bool identifier_triggers(const Words& w, std::string_view s, std::size_t wb, std
       return keyword_trigger(s, wb, we, false);
     }
     case Trigger::op: return op_trigger(s, wb, we);
-    case Trigger::import:
-      note_import(s, wb, we);
-      return false;
   }
   return false;
 }
@@ -599,9 +550,7 @@ bool may_have_python_findings(std::string_view s) {
     if (k + 1 >= s.size() || s[k + 1] != '\n') return true;
     p = static_cast<const char*>(std::memchr(p + 1, '\r', s.size() - k - 1));
   }
-  tl_torch = {};
-  if (scan_code(s, 0, s.size())) return true;
-  return tl_torch.assumed && !tl_torch.imported;
+  return scan_code(s, 0, s.size());
 }
 
 }  // namespace lmcore::upgrade

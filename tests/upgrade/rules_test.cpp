@@ -377,8 +377,10 @@ TEST(UpgradePrefilter, NeverRulesOutAFileWithAFinding) {
       "import torch\nf = torch.Tensor.rename\n",
       // Found by fuzzing (a file shorter than 64 bytes): an attribute after a number and a dot.
       "iimm.krcrnmesn(\"oC\")0x.nm0x.unflatten(\"C\")0x.nmo(\"C\")romk.",
-      // ... and `import torch` that is no statement of its own binds nothing.
+      // ... and `import torch` that is no statement of its own (after a word, inside brackets) binds
+      // nothing: torch.align_as is then an unknown name's.
       "i      import torch\nt = torch.align_as()\n",
+      "x = f(\nimport torch\nt = torch.align_as()\n",
       "x = '''unterminated\n",  // syntax errors: the tokenizer must see them
       "x = 'unterminated\n",
   };
@@ -391,8 +393,8 @@ TEST(UpgradePrefilter, NeverRulesOutAFileWithAFinding) {
   for (const std::string src : {"import numpy as np\nx = np.zeros(3)\nprint(x.sum(0), x.max())\n",
                                 "# t.names and dist.all_gather_into_tensor\n\"\"\"t.sum('C')\"\"\"\nx = 1\n",
                                 "s = 'names'\nb = b\"rename\"\n", "def f(dim=0):\n    return dim == 'C'\n",
-                                // torch.unflatten is the module's function; unflatten with plain sizes stays.
-                                "import torch\nops = [torch.unflatten, torch.rename]\nt.unflatten(1, (2, 2))\n",
+                                // unflatten with plain sizes stays.
+                                "import torch\nt.unflatten(1, (2, 2))\nu = torch.unflatten(t, 0, (1, 2))\n",
                                 // An apostrophe in an f-string's text opens no string; .max is no alias of torch.
                                 "import torch\nmsg = f\"can't {x}\"\nhigh = torch.finfo(t).max\nm = stats.mean\n"}) {
     EXPECT_FALSE(may_have_python_findings(src)) << src;
