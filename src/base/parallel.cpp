@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -249,7 +250,38 @@ void parallel_for(std::int64_t begin, std::int64_t end, std::int64_t grain,
 void parallel_for_balanced(std::int64_t begin, std::int64_t end, std::int64_t grain,
                            const std::function<void(std::int64_t, std::int64_t)>& fn) {
   const std::int64_t threads = t_in_parallel ? 1 : num_threads();
-  run_chunks(begin, end, grain, threads == 1 ? 1 : threads * kBalancedChunksPerThread, fn);
+  if (end <= begin) return;
+  const std::int64_t n = end - begin;
+  grain = std::max<std::int64_t>(grain, 1);
+  const std::int64_t chunks = std::min<std::int64_t>(threads * kBalancedChunksPerThread, (n + grain - 1) / grain);
+  if (threads == 1 || chunks <= 1) {
+    fn(begin, end);
+    return;
+  }
+  // The chunks in `lanes` contiguous runs, one per thread: each thread works through its own run in
+  // order, then takes what is left of the others' (so a descheduled thread holds up one chunk). Taking
+  // the chunks round-robin instead had the threads read interleaved 4 MB pieces, and a sum of 64 MiB
+  // streamed from DRAM 1.2x slower on Zen 5 than with two contiguous halves.
+  const std::int64_t lanes = std::min(threads, chunks);
+  const auto lane_begin = [&](std::int64_t l) { return l * chunks / lanes; };
+  std::unique_ptr<std::atomic<std::int64_t>[]> next(new std::atomic<std::int64_t>[static_cast<std::size_t>(lanes)]);
+  for (std::int64_t l = 0; l < lanes; ++l) next[static_cast<std::size_t>(l)].store(lane_begin(l));
+  std::atomic<bool> failed{false};  // after a chunk throws, no further chunk starts (as in the pool)
+  pool().run(lanes, [&](std::int64_t own) {
+    for (std::int64_t k = 0; k < lanes; ++k) {
+      const std::int64_t l = (own + k) % lanes, stop = lane_begin(l + 1);
+      std::atomic<std::int64_t>& take = next[static_cast<std::size_t>(l)];
+      for (std::int64_t c = take.fetch_add(1); c < stop && !failed.load(std::memory_order_relaxed);
+           c = take.fetch_add(1)) {
+        try {
+          fn(begin + c * n / chunks, begin + (c + 1) * n / chunks);
+        } catch (...) {
+          failed.store(true, std::memory_order_relaxed);
+          throw;
+        }
+      }
+    }
+  });
 }
 
 }  // namespace lmcore

@@ -77,6 +77,7 @@ HWY_INLINE hn::Vec<D> SumBlock(D d, const T* HWY_RESTRICT p, std::int64_t n) {
 // run ahead across the calls.
 template <class D, typename T>
 hn::Vec<D> SumPairwiseLanes(D d, const T* HWY_RESTRICT p, std::int64_t n) {
+  if (n <= kBlock) return SumBlock(d, p, n);
   using Acc = hn::TFromD<D>;
   constexpr std::size_t kLanes = hn::MaxLanes(D());
   HWY_ALIGN Acc part[64 * kLanes];
@@ -89,8 +90,8 @@ hn::Vec<D> SumPairwiseLanes(D d, const T* HWY_RESTRICT p, std::int64_t n) {
     ++count;
   }
   auto total = hn::Zero(d);
-  for (int level = 0; level < 64; ++level)
-    if (count >> level & 1) total = hn::Add(hn::Load(d, part + level * kLanes), total);
+  for (int level = 0; count != 0; ++level, count >>= 1)
+    if (count & 1) total = hn::Add(hn::Load(d, part + level * kLanes), total);
   return total;
 }
 

@@ -134,6 +134,23 @@ TEST_P(ParallelThreads, BalancedCutCoversTheRangeOnceAndIsDeterministic) {
   }
 }
 
+// A chunk that throws: the exception reaches the caller and no chunk starts after it (the other
+// thread stops taking its own and the thrower's chunks). Chunk 0 throws at once; the others take 2 ms.
+TEST(Parallel, BalancedLoopStopsTakingChunksAfterAThrow) {
+  const int saved = num_threads();
+  set_num_threads(2);
+  std::atomic<int> ran{0};
+  EXPECT_THROW(parallel_for_balanced(0, 2 * kBalancedChunksPerThread, 1,
+                                     [&](std::int64_t lo, std::int64_t) {
+                                       ran.fetch_add(1);
+                                       if (lo == 0) throw std::runtime_error("chunk 0");
+                                       std::this_thread::sleep_for(std::chrono::milliseconds(2));
+                                     }),
+               std::runtime_error);
+  EXPECT_LE(ran.load(), 4) << "of " << 2 * kBalancedChunksPerThread << " chunks";
+  set_num_threads(saved);
+}
+
 // The point of the balanced cut: a thread held up in its chunk does not hold up the rest, which the
 // other threads take. Chunk 0 waits (up to 10 s) until every other chunk has finished: with a fixed
 // split into one chunk per thread, its thread's other chunks could not run meanwhile.
