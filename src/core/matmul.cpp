@@ -82,12 +82,13 @@ void gemm_f32(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::i
               std::int64_t ldc) {
   if (m == 0 || n == 0) return;
   if (f32_gemm_path() == F32GemmPath::onednn) {
-    bool guarded;
-    {
+    // Cut over the pool only where cblas_sgemm would thread itself: outside parallel_for bodies (the
+    // common case for attention and loss tiles, checked first: no lock) and BlasSingleThreaded.
+    const bool may_split = !in_parallel_region() && [] {
       std::lock_guard<std::mutex> lock(g_blas_mutex);
-      guarded = g_blas_guards > 0;
-    }
-    gemm_f32_onednn(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, !guarded && !in_parallel_region());
+      return g_blas_guards == 0;
+    }();
+    gemm_f32_onednn(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, may_split);
     return;
   }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
