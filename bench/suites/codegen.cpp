@@ -127,7 +127,7 @@ BenchTable rmsnorm_table(const BenchOptions& opt, const codegen::Options& co) {
   return t;
 }
 
-// The unfused pair, as the trainer's regular path does it: sgemm cut over the threads by rows, then
+// The unfused pair, as the trainer's regular path does it: gemm_f32 cut over the threads by rows, then
 // the trainer's element-wise pass (model::swiglu_forward / swiglu_backward, Highway).
 void sgemm_rows(std::int64_t M, std::int64_t N, std::int64_t K, const float* a, const float* b, float beta, float* c,
                 bool b_trans = true) {
@@ -202,11 +202,12 @@ BenchTable gemm_table(const BenchOptions& opt, const codegen::Options& co) {
     t.rows.push_back({fmt::format("down d_input ({}x{}x{}) + SwiGLU backward", M, F, C), k.variant(), fused * 1e3,
                       unfused * 1e3, unfused / fused, alone * 1e3, unfused / alone});
   }
-  t.notes.push_back(fmt::format("unfused (the trainer's --codegen off path): OpenBLAS sgemm per thread row block, "
-                                "then the trainer's Highway SwiGLU pass / memcpy of the residual then sgemm with beta 1 "
-                                "/ sgemm then the SwiGLU backward pass; fusion bound = unfused / GEMM alone: the most "
-                                "any fusion over OpenBLAS's core could gain; load average {:.1f}",
+  t.notes.push_back(fmt::format("unfused (the trainer's --codegen off path): gemm_f32 per thread row block, "
+                                "then the trainer's Highway SwiGLU pass / memcpy of the residual then gemm_f32 with beta 1 "
+                                "/ gemm_f32 then the SwiGLU backward pass; fusion bound = unfused / GEMM alone: the most "
+                                "any fusion over the same GEMM core could gain; load average {:.1f}",
                                 load_average_1min()));
+  t.notes.push_back("gemm_f32 here: " + f32_gemm_path_description());
   return t;
 }
 
