@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "lmcore/core/error.h"
+#include "lmcore/core/matmul.h"
 #include "lmcore/loss/cross_entropy.h"
 
 namespace lmcore::loss_detail {
@@ -21,23 +22,27 @@ struct Tiling {
 inline constexpr std::int64_t kMinRowsPerTile = 64;
 
 // The bytes the automatic tiling may give the logits tile (BLAS paths): options.memory_budget, but no
-// more than a twelfth of the [N, V] logits in the accumulation type, which the unfused path (torch's
+// more than a share of the [N, V] logits in the accumulation type, which the unfused path (torch's
 // nn.Linear + cross_entropy) holds about three times over (logits, softmax, their gradient), and never
 // under kMinTileBudget. So the fused path's extra memory stays a fixed small fraction of what the
 // unfused one needs, also for short batches where 128 MiB would be half of it. Measured with
 // N = 2048, H = 1024, V = 32000, f32, 2 threads (lmcore.torch vs nn.Linear + CrossEntropyLoss,
 // bench/compare_torch.py --torch-api): the 128 MiB tile made lmcore's peak growth 1/2.8 of torch's,
-// an eighth (31 MiB) 1/4.4 on OpenBLAS; with oneDNN's f32 kernels (Zen 5), whose first call also
-// maps their code, an eighth grew 184-194 MiB (1/3.9-1/4.1 of torch's 757) and a twelfth (21 MiB)
-// 174 MiB, for ~5% of the speed (every tile re-reads W and re-writes d_weight). At N >= 4096 or
+// an eighth (31 MiB) 1/4.4 with OpenBLAS's GEMMs (Intel). With oneDNN's f32 GEMMs (Zen 5), whose
+// first call also maps ~11 MiB of their code, an eighth grew 184-194 MiB (1/3.9-1/4.1 of torch's 757)
+// and a twelfth (21 MiB) 169-179 MiB, for ~5% of the speed (every tile re-reads W and re-writes
+// d_weight); so the share is a twelfth on that path and an eighth otherwise. At N >= 4096 or
 // V = 128256 the rule leaves 128 MiB as it was. Not applied on the matrix units, whose products need
 // the rows (see linear_cross_entropy.cpp), nor when the caller sets chunk_size or token_tile.
-inline constexpr std::int64_t kUnfusedShare = 12;
+inline std::int64_t unfused_share(std::size_t acc_size) {
+  return acc_size == sizeof(float) && f32_gemm_path() == F32GemmPath::onednn ? 12 : 8;
+}
 inline constexpr std::int64_t kMinTileBudget = std::int64_t{8} << 20;
 inline std::int64_t tile_budget(std::int64_t n, std::int64_t v, std::size_t acc_size, const LossOptions& o) {
   const double unfused = static_cast<double>(n) * static_cast<double>(v) * static_cast<double>(acc_size);
-  const std::int64_t share = static_cast<std::int64_t>(std::min(unfused / kUnfusedShare, 9.0e18));
-  return std::min(o.memory_budget, std::max(share, kMinTileBudget));
+  const double share = static_cast<double>(unfused_share(acc_size));
+  const std::int64_t cap = static_cast<std::int64_t>(std::min(unfused / share, 9.0e18));
+  return std::min(o.memory_budget, std::max(cap, kMinTileBudget));
 }
 
 // `slices`: how many threads convert weight panels at once (each has its own panel buffer).

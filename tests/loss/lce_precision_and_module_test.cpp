@@ -220,26 +220,32 @@ TEST(LinearCrossEntropyPrecision, TilingKeepsWholeVocabularyTilesOnlyWhileTheyHo
   EXPECT_EQ(units(200, 128256).cols, (128 << 20) / (200 * 6));
 }
 
-// The budget rule of the BLAS paths: memory_budget, capped at a twelfth of the [N, V] logits in the
-// accumulation type, never under kMinTileBudget.
-TEST(LinearCrossEntropyPrecision, TileBudgetIsATwelfthOfTheUnfusedLogitsAtMost) {
+// The budget rule of the BLAS paths: memory_budget, capped at a share of the [N, V] logits in the
+// accumulation type (a twelfth for f32 on oneDNN's GEMMs, else an eighth), never under kMinTileBudget.
+TEST(LinearCrossEntropyPrecision, TileBudgetIsAShareOfTheUnfusedLogitsAtMost) {
   using loss_detail::tile_budget;
-  LossOptions o;  // 128 MiB
-  EXPECT_EQ(tile_budget(2048, 32000, 4, o), std::int64_t{2048} * 32000 * 4 / 12);  // 20.8 MiB: 170 rows
-  EXPECT_EQ(tile_budget(2048, 128256, 4, o), std::int64_t{2048} * 128256 * 4 / 12);  // 83.5 MiB
-  EXPECT_EQ(tile_budget(4096, 128256, 4, o), o.memory_budget);                      // capped by the option
-  EXPECT_EQ(tile_budget(2048, 32000, 8, o), std::int64_t{2048} * 32000 * 8 / 12);   // f64 logits
-  EXPECT_EQ(tile_budget(70, 300, 8, o), loss_detail::kMinTileBudget);                // small: the floor
-  o.memory_budget = 20000;
-  EXPECT_EQ(tile_budget(2048, 32000, 4, o), 20000);  // an explicit small budget stays
-  EXPECT_EQ(tile_budget(std::int64_t{1} << 40, std::int64_t{1} << 30, 8, o), 20000);  // no overflow
-  // The chosen tiling for N = 2048, V = 32000 in f32: 13 whole-vocabulary tiles (170 rows fit the
-  // budget), evened out to 158 rows (the last 152).
-  o = LossOptions();
-  o.memory_budget = tile_budget(2048, 32000, 4, o);
-  const loss_detail::Tiling t = loss_detail::choose_tiling("t", 2048, 1024, 32000, 4, o, false);
-  EXPECT_EQ(t.rows, 158);
-  EXPECT_EQ(t.cols, 32000);
+  for (F32GemmPath path : {F32GemmPath::openblas, F32GemmPath::onednn}) {
+    set_f32_gemm_path(path);
+    const std::int64_t share = path == F32GemmPath::onednn ? 12 : 8;
+    SCOPED_TRACE(share);
+    LossOptions o;  // 128 MiB
+    EXPECT_EQ(tile_budget(2048, 32000, 4, o), std::int64_t{2048} * 32000 * 4 / share);  // 31.25 / 20.8 MiB
+    EXPECT_EQ(tile_budget(2048, 128256, 4, o), std::int64_t{2048} * 128256 * 4 / share);
+    EXPECT_EQ(tile_budget(4096, 128256, 4, o), o.memory_budget);                      // capped by the option
+    EXPECT_EQ(tile_budget(2048, 32000, 8, o), std::int64_t{2048} * 32000 * 8 / 8);     // f64: dgemm, an eighth
+    EXPECT_EQ(tile_budget(70, 300, 8, o), loss_detail::kMinTileBudget);                // small: the floor
+    o.memory_budget = 20000;
+    EXPECT_EQ(tile_budget(2048, 32000, 4, o), 20000);  // an explicit small budget stays
+    EXPECT_EQ(tile_budget(std::int64_t{1} << 40, std::int64_t{1} << 30, 8, o), 20000);  // no overflow
+    // The chosen tiling for N = 2048, V = 32000 in f32: whole-vocabulary tiles of 256 rows (an
+    // eighth), or 13 tiles (170 rows fit a twelfth) evened out to 158 rows (the last 152).
+    o = LossOptions();
+    o.memory_budget = tile_budget(2048, 32000, 4, o);
+    const loss_detail::Tiling t = loss_detail::choose_tiling("t", 2048, 1024, 32000, 4, o, false);
+    EXPECT_EQ(t.rows, share == 8 ? 256 : 158);
+    EXPECT_EQ(t.cols, 32000);
+  }
+  set_f32_gemm_path(std::nullopt);
 }
 
 TEST(LinearCrossEntropyPrecision, Bf16WeightGradientIsSummedInF32AndRoundedOnce) {
