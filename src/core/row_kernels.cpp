@@ -9,6 +9,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "lmcore/core/internal/hwy_tail-inl.h"
 #include "lmcore/core/internal/row_kernels.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -17,34 +18,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 using D = hn::ScalableTag<float>;
 using V = hn::Vec<D>;
-
-// The last n - j (< one vector) elements of x with the missing lanes set to `pad`, so that the tail
-// goes through the same vector code, and rounds the same way, as the body.
-HWY_INLINE V LoadTail(D d, const float* HWY_RESTRICT x, std::int64_t j, std::int64_t n, float pad) {
-  HWY_ALIGN float buf[hn::MaxLanes(D())];
-  const std::int64_t lanes = static_cast<std::int64_t>(hn::Lanes(d));
-  for (std::int64_t i = 0; i < lanes; ++i) buf[i] = j + i < n ? x[j + i] : pad;
-  return hn::Load(d, buf);
-}
-
-HWY_INLINE void StoreTail(D d, V v, float* HWY_RESTRICT x, std::int64_t j, std::int64_t n) {
-  HWY_ALIGN float buf[hn::MaxLanes(D())];
-  hn::Store(v, d, buf);
-  for (std::int64_t i = 0; j + i < n; ++i) x[j + i] = buf[i];
-}
-
-// exp with the NaN rule: Highway's Exp maps NaN to 0 (its range check is false for NaN), which would
-// make a NaN vanish from a sum. One compare and blend per vector, beside a ~20-instruction exp.
-// On the emulated targets Exp's float -> int conversion is a C++ cast, undefined for NaN, so NaN lanes
-// enter Exp as 0 there (the blend puts the NaN back); x86's conversion instruction is defined for NaN.
-HWY_INLINE V ExpNaN(D d, V v) {
-  const auto nan = hn::IsNaN(v);
-#if HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR
-  return hn::IfThenElse(nan, v, hn::Exp(d, hn::IfThenZeroElse(nan, v)));
-#else
-  return hn::IfThenElse(nan, v, hn::Exp(d, v));
-#endif
-}
 
 float RowMax(const float* HWY_RESTRICT x, std::int64_t n) {
   const D d;

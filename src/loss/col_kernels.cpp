@@ -10,6 +10,7 @@
 #include <limits>
 #include <vector>
 
+#include "lmcore/core/internal/hwy_tail-inl.h"
 #include "src/loss/col_kernels.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -19,39 +20,18 @@ namespace hn = hwy::HWY_NAMESPACE;
 using D = hn::ScalableTag<float>;
 using V = hn::Vec<D>;
 
-// Columns [j, j + cnt) of a row, cnt < one vector, the missing lanes set to `pad` (the tail goes
-// through the same vector code as the body).
-HWY_INLINE V LoadPart(D d, const float* HWY_RESTRICT x, std::int64_t cnt, float pad) {
-  HWY_ALIGN float buf[hn::MaxLanes(D())];
-  const std::int64_t lanes = static_cast<std::int64_t>(hn::Lanes(d));
-  for (std::int64_t i = 0; i < lanes; ++i) buf[i] = i < cnt ? x[i] : pad;
-  return hn::Load(d, buf);
-}
+using internal::HWY_NAMESPACE::ExpNaN;
+using internal::HWY_NAMESPACE::LoadTail;
+using internal::HWY_NAMESPACE::StoreTail;
 
-HWY_INLINE void StorePart(D d, V v, float* HWY_RESTRICT x, std::int64_t cnt) {
-  HWY_ALIGN float buf[hn::MaxLanes(D())];
-  hn::Store(v, d, buf);
-  for (std::int64_t i = 0; i < cnt; ++i) x[i] = buf[i];
-}
-
+// cnt of a vector's lanes at x (a whole vector, or a tail padded with `pad`).
 HWY_INLINE V Load(D d, const float* HWY_RESTRICT x, std::int64_t cnt, std::int64_t lanes, float pad) {
-  return cnt == lanes ? hn::LoadU(d, x) : LoadPart(d, x, cnt, pad);
+  return cnt == lanes ? hn::LoadU(d, x) : LoadTail(d, x, 0, cnt, pad);
 }
 
 HWY_INLINE void Store(D d, V v, float* HWY_RESTRICT x, std::int64_t cnt, std::int64_t lanes) {
   if (cnt == lanes) hn::StoreU(v, d, x);
-  else StorePart(d, v, x, cnt);
-}
-
-// exp with the NaN rule (see src/core/row_kernels.cpp ExpNaN: the emulated targets' Exp converts
-// float to int by a C++ cast, undefined for NaN, so NaN lanes enter it as 0 there).
-HWY_INLINE V ExpNaN(D d, V v) {
-  const auto nan = hn::IsNaN(v);
-#if HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR
-  return hn::IfThenElse(nan, v, hn::Exp(d, hn::IfThenZeroElse(nan, v)));
-#else
-  return hn::IfThenElse(nan, v, hn::Exp(d, v));
-#endif
+  else StoreTail(d, v, x, 0, cnt);
 }
 
 // Every loop walks the tile row by row (contiguous, prefetchable) and keeps its per-column state in

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 
+#include "lmcore/core/internal/hwy_tail-inl.h"
 #include "src/loss/row_kernels.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -17,20 +18,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 using D = hn::ScalableTag<float>;
 using V = hn::Vec<D>;
 
-// The last n - j (< one vector) elements of x, the missing lanes set to `pad`, so that the tail goes
-// through the same vector code (and rounding) as the body.
-V LoadTail(D d, const float* HWY_RESTRICT x, std::int64_t j, std::int64_t n, float pad) {
-  HWY_ALIGN float buf[hn::MaxLanes(D())];
-  const std::int64_t lanes = static_cast<std::int64_t>(hn::Lanes(d));
-  for (std::int64_t i = 0; i < lanes; ++i) buf[i] = j + i < n ? x[j + i] : pad;
-  return hn::Load(d, buf);
-}
-
-void StoreTail(D d, V v, float* HWY_RESTRICT x, std::int64_t j, std::int64_t n) {
-  HWY_ALIGN float buf[hn::MaxLanes(D())];
-  hn::Store(v, d, buf);
-  for (std::int64_t i = 0; j + i < n; ++i) x[j + i] = buf[i];
-}
+using internal::HWY_NAMESPACE::LoadTail;
+using internal::HWY_NAMESPACE::StoreTail;
 
 // x[j] = f(x[j]) * a - bw * (w ? w[j] : 1) with f = exp(. - lse) or the identity.
 template <bool kExp>
