@@ -88,12 +88,14 @@ dnnl::cpu_isa effective_isa() {
   return isa;
 }
 
-// ISA values are bit sets that contain the ISAs they extend; AVX-512 BF16 is the least oneDNN needs for
-// bf16 brgemm kernels (AMX includes it).
-bool cpu_has_bf16_units() {
-  const auto want = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+// ISA values are bit sets that contain the ISAs they extend.
+bool isa_includes(dnnl::cpu_isa isa) {
+  const auto want = static_cast<unsigned>(isa);
   return (static_cast<unsigned>(effective_isa()) & want) == want;
 }
+
+// AVX-512 BF16 is the least oneDNN needs for bf16 brgemm kernels (AMX includes it).
+bool cpu_has_bf16_units() { return isa_includes(dnnl::cpu_isa::avx512_core_bf16); }
 
 void check_ab_dtype(DType ab, const char* op) {
   LMCORE_CHECK(ab == DType::bf16 || ab == DType::f16, "{}: argument 'ab' (A and B dtype) expected bf16 or f16, found {}",
@@ -517,10 +519,7 @@ void gemm_f32_onednn(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
   run_cut(g, run_onednn_block, may_split);
 }
 
-bool onednn_has_avx512() {
-  const auto want = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
-  return env_allows_onednn() && (static_cast<unsigned>(effective_isa()) & want) == want;
-}
+bool onednn_has_avx512() { return env_allows_onednn() && isa_includes(dnnl::cpu_isa::avx512_core); }
 
 LowpGemmPath lowp_gemm_path(DType ab) {
   check_ab_dtype(ab, "lowp_gemm_path");
