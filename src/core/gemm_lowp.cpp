@@ -546,7 +546,9 @@ std::string lowp_gemm_path_description(DType ab) {
   else if (!g_onednn_enabled.load()) why = "set_lowp_gemm_onednn(false)";
   else if (!env_allows_onednn()) why = "LMCORE_ONEDNN=0";
   else why = fmt::format("oneDNN ISA {} lacks AVX-512 BF16", isa_name(effective_isa()));
-  return fmt::format("widened to f32, OpenBLAS sgemm ({})", why);
+  // The widened operands go through gemm_f32, so they take whichever f32 path its rule picked.
+  const char* f32 = f32_gemm_path() == F32GemmPath::onednn ? "oneDNN's f32 matmul" : "OpenBLAS sgemm";
+  return fmt::format("widened to f32, {} ({})", f32, why);
 }
 
 std::string onednn_info() {

@@ -53,7 +53,7 @@ enum class LowpGemmPath : std::uint8_t {
 // The path gemm_lowp takes now for inputs of dtype `ab` (bf16 or f16).
 LowpGemmPath lowp_gemm_path(DType ab);
 // One line for `lmcore info`, e.g. "oneDNN brg:avx512_core_amx_bf16" or
-// "widened to f32, OpenBLAS sgemm (oneDNN 2.6 has no f16 CPU matmul)".
+// "widened to f32, oneDNN's f32 matmul (oneDNN 2.6 has no f16 CPU matmul)" (the f32 path is gemm_f32's).
 std::string lowp_gemm_path_description(DType ab);
 // false: every call takes the widened path from now on (tests, comparisons); true: the automatic
 // choice again (oneDNN where the CPU supports it, unless LMCORE_ONEDNN=0).
