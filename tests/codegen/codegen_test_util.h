@@ -1,10 +1,12 @@
-// Helpers of the codegen tests: temporary directories, fake compilers, test options, random buffers.
+// Helpers of the codegen tests: temporary directories, fake compilers, test options, random buffers, and the
+// element-wise bound check.
 #pragma once
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -81,6 +83,28 @@ inline std::vector<unsigned char> random_buffer(std::mt19937& rng, std::int64_t 
 inline double value_at(const std::vector<unsigned char>& b, std::int64_t i, DType t) {
   if (t == DType::f32) return reinterpret_cast<const float*>(b.data())[i];
   return reference::from_bf16(reinterpret_cast<const std::uint16_t*>(b.data())[i]);
+}
+
+// got within bound[i] of want everywhere; reports the worst elements. `name` names the tensor.
+inline ::testing::AssertionResult within_bounds(const char* name, const std::vector<double>& got, const std::vector<double>& want,
+                                         const std::vector<double>& bound) {
+  std::size_t bad = 0, worst = 0, largest = 0;
+  double worst_ratio = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double err = std::abs(got[i] - want[i]);
+    const double ratio = bound[i] > 0 ? err / bound[i] : (err > 0 ? INFINITY : 0);
+    if (!(ratio <= 1)) ++bad;
+    if (!(ratio <= worst_ratio)) { worst_ratio = ratio; worst = i; }
+    if (std::abs(want[i]) > std::abs(want[largest])) largest = i;
+  }
+  // The bound must be able to see a 1% error at the largest element.
+  if (!(0.01 * std::abs(want[largest]) > bound[largest]))
+    return ::testing::AssertionFailure() << name << ": bound " << bound[largest] << " at [" << largest
+                                         << "] would accept a 1% error of " << want[largest];
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << name << ": " << bad << " of " << got.size() << " elements out of bounds; worst ["
+                                       << worst << "] got " << got[worst] << " want " << want[worst] << " (error "
+                                       << std::abs(got[worst] - want[worst]) << ", bound " << bound[worst] << ")";
 }
 
 }  // namespace lmcore::codegen::testing

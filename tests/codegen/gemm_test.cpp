@@ -19,26 +19,9 @@
 namespace lmcore::codegen {
 namespace {
 
-constexpr double kU = 1.0 / (1 << 24);
+using testing::within_bounds;
 
-::testing::AssertionResult close(const char* name, const std::vector<double>& got, const std::vector<double>& want,
-                                 const std::vector<double>& bound) {
-  std::size_t bad = 0, worst = 0, largest = 0;
-  double worst_ratio = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double ratio = std::abs(got[i] - want[i]) / bound[i];
-    if (!(ratio <= 1)) ++bad;
-    if (!(ratio <= worst_ratio)) { worst_ratio = ratio; worst = i; }
-    if (std::abs(want[i]) > std::abs(want[largest])) largest = i;
-  }
-  if (!(0.01 * std::abs(want[largest]) > bound[largest]))
-    return ::testing::AssertionFailure() << name << ": bound " << bound[largest] << " would accept a 1% error of "
-                                         << want[largest];
-  if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << name << ": " << bad << " of " << got.size() << " out of bounds; worst ["
-                                       << worst << "] got " << got[worst] << " want " << want[worst] << " bound "
-                                       << bound[worst];
-}
+constexpr double kU = 1.0 / (1 << 24);
 
 // Buffers on 64-byte boundaries (the kernels' streaming stores need whole aligned lines).
 using Floats = std::vector<float, CacheAlignedAllocator<float>>;
@@ -123,12 +106,12 @@ void check_gemm(const GemmKernel& k, std::int64_t M, unsigned seed, bool aligned
       bound_c[m * N + n] = b2 + 1e-30;
       EXPECT_EQ(c[m * ldc + N], -7.0f) << "wrote past column N of row " << m;
     }
-  EXPECT_TRUE(close("c", got_c, want_c, bound_c));
+  EXPECT_TRUE(within_bounds("c", got_c, want_c, bound_c));
   if (s.store_pre) {
     std::vector<double> got_p(M * NB);
     for (std::int64_t m = 0; m < M; ++m)
       for (std::int64_t n = 0; n < NB; ++n) got_p[m * NB + n] = pre[m * ldp + n];
-    EXPECT_TRUE(close("pre", got_p, want_p, ep));
+    EXPECT_TRUE(within_bounds("pre", got_p, want_p, ep));
     for (std::int64_t m = 0; m < M; ++m) EXPECT_EQ(pre[m * ldp + NB], -7.0f) << "wrote past column NB of row " << m;
   } else {
     EXPECT_EQ(pre[0], -7.0f) << "pre written although the spec does not store it";

@@ -22,6 +22,7 @@ namespace lmcore::codegen {
 namespace {
 
 using testing::random_buffer;
+using testing::within_bounds;
 using testing::value_at;
 
 constexpr double kU32 = 1.0 / (1 << 24), kUbf16 = 1.0 / (1 << 8);
@@ -36,28 +37,6 @@ const Config kConfigs[] = {{DType::f32, DType::f32, false},
                            {DType::bf16, DType::bf16, true},
                            {DType::f32, DType::bf16, true}};
 const std::int64_t kSizes[] = {1, 7, 63, 64, 65, 4097};
-
-// got within bound[i] of want everywhere; reports the worst elements. `name` names the tensor.
-::testing::AssertionResult close(const char* name, const std::vector<double>& got, const std::vector<double>& want,
-                                 const std::vector<double>& bound) {
-  std::size_t bad = 0, worst = 0, largest = 0;
-  double worst_ratio = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double err = std::abs(got[i] - want[i]);
-    const double ratio = bound[i] > 0 ? err / bound[i] : (err > 0 ? INFINITY : 0);
-    if (!(ratio <= 1)) ++bad;
-    if (!(ratio <= worst_ratio)) { worst_ratio = ratio; worst = i; }
-    if (std::abs(want[i]) > std::abs(want[largest])) largest = i;
-  }
-  // The bound must be able to see a 1% error at the largest element.
-  if (!(0.01 * std::abs(want[largest]) > bound[largest]))
-    return ::testing::AssertionFailure() << name << ": bound " << bound[largest] << " at [" << largest
-                                         << "] would accept a 1% error of " << want[largest];
-  if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << name << ": " << bad << " of " << got.size() << " elements out of bounds; worst ["
-                                       << worst << "] got " << got[worst] << " want " << want[worst] << " (error "
-                                       << std::abs(got[worst] - want[worst]) << ", bound " << bound[worst] << ")";
-}
 
 // Runs forward and backward of `k` on N rows and compares every output with the reference.
 void check_kernel(const RmsNormKernel& k, std::int64_t N, unsigned seed) {
@@ -96,7 +75,7 @@ void check_kernel(const RmsNormKernel& k, std::int64_t N, unsigned seed) {
   {
     std::vector<double> got(rstd.begin(), rstd.end()), bound(static_cast<std::size_t>(N));
     for (std::int64_t n = 0; n < N; ++n) bound[n] = rstd_rel * want_rstd[n];
-    EXPECT_TRUE(close("rstd", got, want_rstd, bound));
+    EXPECT_TRUE(within_bounds("rstd", got, want_rstd, bound));
   }
   {
     const double out_round = s.out == DType::bf16 ? kUbf16 * (1 + rstd_rel) : 0;
@@ -105,7 +84,7 @@ void check_kernel(const RmsNormKernel& k, std::int64_t N, unsigned seed) {
       got[i] = value_at(out, i, s.out);
       bound[i] = (rstd_rel + 3 * kU32 + out_round) * std::abs(want_out[i]) + 1e-30;
     }
-    EXPECT_TRUE(close("out", got, want_out, bound));
+    EXPECT_TRUE(within_bounds("out", got, want_out, bound));
   }
 
   // ---- backward (x = the normalised input: residual_out when fused) ----
@@ -138,7 +117,7 @@ void check_kernel(const RmsNormKernel& k, std::int64_t N, unsigned seed) {
         bound[j] = b + 1e-30;
       }
     }
-    EXPECT_TRUE(close("dinp", got, want_dinp, bound));
+    EXPECT_TRUE(within_bounds("dinp", got, want_dinp, bound));
   }
   {
     std::vector<double> got(dweight.begin(), dweight.end()), bound(static_cast<std::size_t>(C));
@@ -148,7 +127,7 @@ void check_kernel(const RmsNormKernel& k, std::int64_t N, unsigned seed) {
         sum += std::abs(value_at(dout, n * C + i, s.out) * value_at(x, n * C + i, s.io) * rstd[n]);
       bound[i] = (static_cast<double>(N) + 40) * kU32 * sum + 1e-30;
     }
-    EXPECT_TRUE(close("dweight", got, want_dw, bound));
+    EXPECT_TRUE(within_bounds("dweight", got, want_dw, bound));
   }
 }
 

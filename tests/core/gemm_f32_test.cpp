@@ -18,7 +18,7 @@ namespace {
 
 constexpr double kEps = std::numeric_limits<float>::epsilon();
 
-struct Case {
+struct F32Case {
   bool ta, tb;
   std::int64_t m, n, k;
   float alpha, beta;
@@ -31,7 +31,7 @@ struct Operands {
   std::int64_t lda, ldb, ldc;
 };
 
-Operands make_operands(const Case& t, std::uint32_t seed) {
+Operands make_operands(const F32Case& t, std::uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   Operands o;
@@ -51,7 +51,7 @@ Operands make_operands(const Case& t, std::uint32_t seed) {
 // Runs gemm_f32 on `o` and checks every element of C against the f64 product: |got - want| <=
 // 4 eps (|alpha| sum_k |a b| + |beta c|) + the final rounding, as matmul_test.cpp's f32 bound; the
 // padding between rows must be untouched.
-void expect_matches_reference(const Case& t, Operands o, const std::string& what) {
+void expect_matches_reference(const F32Case& t, Operands o, const std::string& what) {
   const std::vector<float> c0 = o.c;
   gemm_f32(t.ta, t.tb, t.m, t.n, t.k, t.alpha, o.a.data(), o.lda, o.b.data(), o.ldb, t.beta, o.c.data(), o.ldc);
   int bad = 0;
@@ -85,7 +85,7 @@ class GemmF32 : public ::testing::TestWithParam<F32GemmPath> {
   void TearDown() override { set_f32_gemm_path(std::nullopt); }
 };
 
-std::string case_name(const Case& t) {
+std::string case_name(const F32Case& t) {
   return fmt::format("ta={} tb={} m={} n={} k={} alpha={} beta={} pad={}", t.ta, t.tb, t.m, t.n, t.k, t.alpha, t.beta,
                      t.pad);
 }
@@ -97,7 +97,7 @@ TEST_P(GemmF32, EveryTransposeScaleAndStride) {
     for (bool tb : {false, true})
       for (auto [alpha, beta] : {std::pair{1.0f, 0.0f}, std::pair{-0.5f, 1.0f}, std::pair{2.0f, 0.25f}})
         for (std::int64_t pad : {0, 3}) {
-          const Case t{ta, tb, 37, 29, 45, alpha, beta, pad};
+          const F32Case t{ta, tb, 37, 29, 45, alpha, beta, pad};
           expect_matches_reference(t, make_operands(t, seed++), case_name(t));
         }
 }
@@ -107,7 +107,7 @@ TEST_P(GemmF32, SizesAroundTheKernelBlocks) {
   for (std::int64_t m : {1, 7, 17, 65})
     for (std::int64_t n : {1, 15, 64, 130})
       for (std::int64_t k : {1, 16, 67}) {
-        const Case t{false, true, m, n, k, 1.0f, 0.0f, 0};
+        const F32Case t{false, true, m, n, k, 1.0f, 0.0f, 0};
         expect_matches_reference(t, make_operands(t, seed++), case_name(t));
       }
 }
@@ -115,7 +115,7 @@ TEST_P(GemmF32, SizesAroundTheKernelBlocks) {
 // Large enough to be cut over the pool (oneDNN: lmcore's threads); then the same product inside a
 // parallel_for body and under BlasSingleThreaded, which run on the calling thread.
 TEST_P(GemmF32, ThreadedAndSingleThreaded) {
-  const Case rows{false, false, 300, 257, 129, 1.0f, 0.5f, 1}, cols{false, true, 40, 1100, 96, 1.0f, 0.0f, 0};
+  const F32Case rows{false, false, 300, 257, 129, 1.0f, 0.5f, 1}, cols{false, true, 40, 1100, 96, 1.0f, 0.0f, 0};
   expect_matches_reference(rows, make_operands(rows, 7), "threaded by rows " + case_name(rows));
   expect_matches_reference(cols, make_operands(cols, 8), "threaded by columns " + case_name(cols));
   parallel_for(0, 2, 1, [&](std::int64_t lo, std::int64_t hi) {
@@ -127,7 +127,7 @@ TEST_P(GemmF32, ThreadedAndSingleThreaded) {
 }
 
 TEST_P(GemmF32, BetaZeroOverwritesNaNAndKZeroScales) {
-  Case t{false, false, 5, 6, 7, 1.0f, 0.0f, 0};
+  F32Case t{false, false, 5, 6, 7, 1.0f, 0.0f, 0};
   Operands o = make_operands(t, 3);
   std::fill(o.c.begin(), o.c.end(), std::numeric_limits<float>::quiet_NaN());
   expect_matches_reference(t, o, "beta 0, C all NaN");

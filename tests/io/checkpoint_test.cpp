@@ -59,7 +59,7 @@ std::string one_tensor_pickle(int numel, int offset, std::vector<int> size, std:
   return p;
 }
 
-std::string load_error(const std::string& bytes) {
+std::string torch_load_error(const std::string& bytes) {
   return testing::error_of([&] { (void)load_bytes(as_bytes(bytes), "x.pt"); });
 }
 
@@ -210,40 +210,40 @@ TEST(TorchZip, KeepStructureAndMetadata) {
 
 TEST(TorchZipHostile, MaliciousPickleInsideArchive) {
   const std::string p = "\x80\x02" "cos\nsystem\nX\x02\x00\x00\x00id\x85R."s;
-  EXPECT_NE(load_error(torch_archive(p)).find("'os.system'"), std::string::npos) << load_error(torch_archive(p));
+  EXPECT_NE(torch_load_error(torch_archive(p)).find("'os.system'"), std::string::npos) << torch_load_error(torch_archive(p));
 }
 
 TEST(TorchZipHostile, StorageSizeDisagreesWithRecord) {
   const std::string file = torch_archive(one_tensor_pickle(4, 0, {4}, {1}), {{"data/0", std::string(12, '\0')}});
-  EXPECT_NE(load_error(file).find("storage '0' holds 12 bytes, expected 16"), std::string::npos) << load_error(file);
+  EXPECT_NE(torch_load_error(file).find("storage '0' holds 12 bytes, expected 16"), std::string::npos) << torch_load_error(file);
 }
 
 TEST(TorchZipHostile, TensorOutsideItsStorage) {
   const std::string file = torch_archive(one_tensor_pickle(4, 2, {2, 2}, {2, 1}), {{"data/0", std::string(16, '\0')}});
-  EXPECT_NE(load_error(file).find("reaches element 5 of a storage of 4 elements"), std::string::npos) << load_error(file);
+  EXPECT_NE(torch_load_error(file).find("reaches element 5 of a storage of 4 elements"), std::string::npos) << torch_load_error(file);
   // Overflowing extents.
   const std::string f2 =
       torch_archive(one_tensor_pickle(4, 0, {2, 2}, {0x7fffffff, 0x7fffffff}), {{"data/0", std::string(16, '\0')}});
-  EXPECT_NE(load_error(f2).find("storage of 4 elements"), std::string::npos) << load_error(f2);
+  EXPECT_NE(torch_load_error(f2).find("storage of 4 elements"), std::string::npos) << torch_load_error(f2);
 }
 
 TEST(TorchZipHostile, MissingStorageRecord) {
   const std::string file = torch_archive(one_tensor_pickle(4, 0, {4}, {1}));
-  EXPECT_NE(load_error(file).find("storage '0' has no record 'x/data/0'"), std::string::npos) << load_error(file);
+  EXPECT_NE(torch_load_error(file).find("storage '0' has no record 'x/data/0'"), std::string::npos) << torch_load_error(file);
 }
 
 TEST(TorchZipHostile, UnsupportedStorageType) {
   const std::string file =
       torch_archive(one_tensor_pickle(4, 0, {4}, {1}, "ComplexFloatStorage"), {{"data/0", std::string(32, '\0')}});
-  EXPECT_NE(load_error(file).find("'torch.ComplexFloatStorage' is not supported"), std::string::npos) << load_error(file);
+  EXPECT_NE(torch_load_error(file).find("'torch.ComplexFloatStorage' is not supported"), std::string::npos) << torch_load_error(file);
   const std::string evil = torch_archive(one_tensor_pickle(4, 0, {4}, {1}, "EvilStorage"));
-  EXPECT_NE(load_error(evil).find("'torch.EvilStorage'"), std::string::npos) << load_error(evil);
+  EXPECT_NE(torch_load_error(evil).find("'torch.EvilStorage'"), std::string::npos) << torch_load_error(evil);
 }
 
 TEST(TorchZipHostile, SelfReferenceIsRefused) {
   // d = {}; d['d'] = d  (memo) -> the walk sees unbounded depth.
   const std::string p = "\x80\x02}q\x00X\x01\x00\x00\x00"s "dh\x00s."s;
-  EXPECT_NE(load_error(torch_archive(p)).find("nests deeper than"), std::string::npos) << load_error(torch_archive(p));
+  EXPECT_NE(torch_load_error(torch_archive(p)).find("nests deeper than"), std::string::npos) << torch_load_error(torch_archive(p));
 }
 
 TEST(TorchZipHostile, ExponentialSharingIsRefused) {
@@ -256,8 +256,8 @@ TEST(TorchZipHostile, ExponentialSharingIsRefused) {
   p += ".";
   // Each level above leaves the previous lists on the stack; wrap them so STOP sees one value.
   std::string wrapped = "\x80\x02(" + p.substr(2, p.size() - 3) + "t.";
-  EXPECT_NE(load_error(torch_archive(wrapped)).find("too many values"), std::string::npos)
-      << load_error(torch_archive(wrapped));
+  EXPECT_NE(torch_load_error(torch_archive(wrapped)).find("too many values"), std::string::npos)
+      << torch_load_error(torch_archive(wrapped));
 }
 
 TEST(TorchZipHostile, ZipBombWithinDeflateRatioIsRefused) {
@@ -286,7 +286,7 @@ TEST(TorchZipHostile, ZipBombWithinDeflateRatioIsRefused) {
     const std::uint32_t n = static_cast<std::uint32_t>(zeros.size());
     std::memcpy(file.data() + h + 22 + shift, &n, 4);
   }
-  EXPECT_NE(load_error(file).find("zip bomb"), std::string::npos) << load_error(file);
+  EXPECT_NE(torch_load_error(file).find("zip bomb"), std::string::npos) << torch_load_error(file);
 }
 
 TEST(AtomicWrite, AbandonedWriteLeavesTheOldFile) {

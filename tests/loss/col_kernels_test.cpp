@@ -24,16 +24,16 @@
 #include "lmcore/core/low_precision.h"
 #include "src/loss/col_kernels.h"
 #include "tests/common/bounds.h"
+#include "tests/loss/loss_test_util.h"
 
 namespace lmcore {
 namespace {
 
 using bounds::close_within;
 using loss_detail::kColBlock;
+using test::vec;
 
 constexpr float kNinf = -std::numeric_limits<float>::infinity();
-
-Tensor vec(const std::vector<double>& x) { return Tensor::from_vector(x, {static_cast<std::int64_t>(x.size())}); }
 
 // zT [rows, n]: noise plus a ramp over the rows that rises in even columns (the max keeps growing from
 // block to block) and falls in odd ones; column 1 is -inf in its first 70 rows (two blocks when rows

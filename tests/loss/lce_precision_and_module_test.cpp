@@ -44,8 +44,7 @@ using test::naive_linear_cross_entropy;
 using test::NaiveLoss;
 using test::random_targets;
 using test::random_tensor;
-
-Tensor vec(const std::vector<double>& x, const Shape& shape) { return Tensor::from_vector(x, shape); }
+using test::vec;
 
 TEST(LinearCrossEntropyPrecision, Bf16AndF16InputsMatchTheNaiveReference) {
   const std::int64_t n = 40, h = 64, v = 301;

@@ -39,6 +39,7 @@ using test::naive_linear_cross_entropy;
 using test::NaiveLoss;
 using test::random_targets;
 using test::random_tensor;
+using test::vec;
 
 struct Problem {
   Tensor hidden, weight, target, bias, class_weight;
@@ -100,8 +101,6 @@ Tensor naive_loss(const NaiveLoss& r, Reduction red, bool z_only) {
   for (std::size_t i = 0; i < r.ce.size(); ++i) x.push_back(z_only ? r.zl[i] : r.ce[i] + r.zl[i]);
   return Tensor::from_vector(x, {static_cast<std::int64_t>(x.size())});
 }
-
-Tensor vec(const std::vector<double>& x, const Shape& shape) { return Tensor::from_vector(x, shape); }
 
 // Bounds per accumulation dtype (and the dtype d_hidden is stored in for bf16 inputs).
 struct LossBounds {

@@ -14,6 +14,9 @@
 
 namespace lmcore::test {
 
+inline Tensor vec(const std::vector<double>& x, const Shape& shape) { return Tensor::from_vector(x, shape); }
+inline Tensor vec(const std::vector<double>& x) { return Tensor::from_vector(x, {static_cast<std::int64_t>(x.size())}); }
+
 inline Tensor random_tensor(const Shape& shape, std::uint32_t seed, double scale = 1.0, DType dtype = DType::f64) {
   std::mt19937 rng(seed);
   std::normal_distribution<double> dist(0.0, scale);

@@ -21,6 +21,7 @@
 #include "src/loss/loss_common.h"
 #include "src/loss/row_kernels.h"
 #include "tests/common/bounds.h"
+#include "tests/loss/loss_test_util.h"
 
 namespace lmcore {
 namespace {
@@ -29,6 +30,7 @@ using bounds::close_within;
 using loss_detail::LossSetup;
 using loss_detail::RowGrad;
 using loss_detail::RowStats;
+using test::vec;
 
 constexpr bounds::Bound kStats{4, 0}, kGrad{8, 0};
 
@@ -109,7 +111,6 @@ Token plain_token(const std::vector<float>& z, std::int64_t t, const float* w, d
 
 Tensor scalar(double x) { return Tensor::full({}, x, DType::f64); }
 Tensor vec(const std::vector<float>& x) { return Tensor::from_vector(x, {static_cast<std::int64_t>(x.size())}); }
-Tensor vec(const std::vector<double>& x) { return Tensor::from_vector(x, {static_cast<std::int64_t>(x.size())}); }
 
 // fold_chunk over the whole row, and over it in three chunks (the running max moves), grad_chunk and
 // the one-exp row, with and without label smoothing and class weights, target first, last or ignored.

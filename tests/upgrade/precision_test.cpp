@@ -22,14 +22,14 @@ namespace {
 namespace fs = std::filesystem;
 const fs::path kPrecision = LMCORE_UPGRADE_PRECISION;
 
-using Key = std::tuple<std::string, int, std::string>;  // path, line, code
+using LineKey = std::tuple<std::string, int, std::string>;  // path, line, code
 
 struct Marked {
-  std::multiset<Key> by_default, low_only;
+  std::multiset<LineKey> by_default, low_only;
   std::vector<std::string> unmarked;
 };
 
-void add_codes(const std::string& path, int line, std::string_view codes, std::multiset<Key>& out) {
+void add_codes(const std::string& path, int line, std::string_view codes, std::multiset<LineKey>& out) {
   std::stringstream ss{std::string(codes)};
   std::string code;
   while (std::getline(ss, code, ',')) {
@@ -63,18 +63,18 @@ Marked read_markers() {
   return m;
 }
 
-std::multiset<Key> scan_keys(Confidence min_confidence) {
+std::multiset<LineKey> scan_keys(Confidence min_confidence) {
   ScanOptions opt;
   opt.base = kPrecision;
   opt.paths = {"."};
   opt.threads = 2;
   opt.min_confidence = min_confidence;
-  std::multiset<Key> out;
+  std::multiset<LineKey> out;
   for (const auto& f : scan(opt).findings) out.insert({f.path, f.line, f.code});
   return out;
 }
 
-void expect_same(const std::multiset<Key>& want, const std::multiset<Key>& got, const char* run) {
+void expect_same(const std::multiset<LineKey>& want, const std::multiset<LineKey>& got, const char* run) {
   for (const auto& k : want)
     if (got.count(k) < want.count(k))
       ADD_FAILURE() << run << ": missing " << std::get<0>(k) << ":" << std::get<1>(k) << " " << std::get<2>(k);
@@ -96,7 +96,7 @@ TEST(UpgradePrecision, DefaultRunReportsOnlyWhereThereIsEvidenceOfATensor) {
 
 TEST(UpgradePrecision, MinConfidenceLowKeepsTheWideNet) {
   const Marked m = read_markers();
-  std::multiset<Key> want = m.by_default;
+  std::multiset<LineKey> want = m.by_default;
   want.insert(m.low_only.begin(), m.low_only.end());
   expect_same(want, scan_keys(Confidence::low), "--min-confidence low");
 }
