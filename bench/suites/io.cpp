@@ -38,10 +38,6 @@ namespace lmcore::bench {
 
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 // Sum of every 8-byte word of every tensor (tail bytes added one by one): reads every byte once.
 std::uint64_t checksum(const io::StateDict& sd) {
   std::uint64_t total = 0;

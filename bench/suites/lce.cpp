@@ -28,8 +28,8 @@ namespace lmcore::bench {
 
 namespace {
 
-constexpr const char* kChildFlag = "--lce-child=";
-constexpr const char* kResultTag = "LCE_CHILD_RESULT ";
+constexpr const char* kLceChildFlag = "--lce-child=";
+constexpr const char* kLceResultTag = "LCE_CHILD_RESULT ";
 
 struct Spec {
   std::string variant;  // inputs | unfused | fused
@@ -115,7 +115,7 @@ std::vector<BenchTable> run_child(const Spec& spec) {
     best = times[times.size() / 2];
   }
   nlohmann::json j = {{"seconds", best}, {"extra_peak_bytes", extra}, {"loss", loss}};
-  std::printf("%s%s\n", kResultTag, j.dump().c_str());
+  std::printf("%s%s\n", kLceResultTag, j.dump().c_str());
   std::fflush(stdout);
   return {};
 }
@@ -129,13 +129,13 @@ struct ChildResult {
 
 // Re-runs this executable as `lmcore bench lce --lce-child=SPEC` and collects its result and peak RSS.
 ChildResult run_in_child(const Spec& spec) {
-  const FreshRun run = run_bench_in_fresh_process("lce", std::string(kChildFlag) + spec.encode());
+  const FreshRun run = run_bench_in_fresh_process("lce", std::string(kLceChildFlag) + spec.encode());
   const std::string& out = run.output;
   LMCORE_CHECK(WIFEXITED(run.status) && WEXITSTATUS(run.status) == 0, "bench lce: child '{}' failed (status {}): {}",
                spec.encode(), run.status, out);
-  const std::size_t at = out.find(kResultTag);
+  const std::size_t at = out.find(kLceResultTag);
   LMCORE_CHECK(at != std::string::npos, "bench lce: child '{}' printed no result: {}", spec.encode(), out);
-  const auto j = nlohmann::json::parse(out.substr(at + std::string(kResultTag).size()));
+  const auto j = nlohmann::json::parse(out.substr(at + std::string(kLceResultTag).size()));
   ChildResult r;
   r.seconds = j["seconds"].get<double>();
   r.extra_mib = j["extra_peak_bytes"].get<double>() / (1 << 20);
@@ -148,7 +148,7 @@ ChildResult run_in_child(const Spec& spec) {
 
 std::vector<BenchTable> run_lce_suite(const BenchOptions& options) {
   for (const std::string& a : options.args)
-    if (a.rfind(kChildFlag, 0) == 0) return run_child(Spec::decode(a.substr(std::string(kChildFlag).size())));
+    if (a.rfind(kLceChildFlag, 0) == 0) return run_child(Spec::decode(a.substr(std::string(kLceChildFlag).size())));
 
   // Sizes: the grid, or a small one for --quick; --n=, --h=, --v=, --dtype= pick one point,
   // --budget-mib= the fused logits budget, --repeats= timed runs per variant (the median is shown).

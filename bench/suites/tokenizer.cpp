@@ -38,10 +38,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 std::string gunzip(const fs::path& p) {
   std::string out;
   gzFile f = gzopen(p.c_str(), "rb");

@@ -67,7 +67,7 @@ struct Measured {
   std::string error;
 };
 
-constexpr const char* kChildFlag = "--train-child=";
+constexpr const char* kTrainChildFlag = "--train-child=";
 
 // --keep-gate-up=auto|on|off as ModelOptions::keep_gate_up.
 std::optional<bool> keep_gate_up_from(const std::string& s) {
@@ -75,7 +75,7 @@ std::optional<bool> keep_gate_up_from(const std::string& s) {
   if (s == "on" || s == "off") return s == "on";
   fail("bench train: --keep-gate-up must be auto, on or off, found '{}'", s);
 }
-constexpr const char* kResultTag = "lmcore-train-child: ";
+constexpr const char* kTrainResultTag = "lmcore-train-child: ";
 
 // One measurement, in the process `lmcore bench train --train-child=MODEL,DTYPE,STEPS,KEEP`: `steps` timed
 // optimizer steps after one warm-up. Returns "tokens/s step_s first_loss" (or "error ..."); run_lmcore
@@ -121,14 +121,14 @@ std::string measure_lmcore(const TrainCase& c, DType dtype, int steps, std::opti
 // more than the training itself held), and would inherit a pool without its threads.
 Measured run_lmcore(const TrainCase& c, const std::string& dtype, int steps, const std::string& keep_gate_up) {
   const FreshRun run =
-      run_bench_in_fresh_process("train", fmt::format("{}{},{},{},{}", kChildFlag, c.name, dtype, steps, keep_gate_up));
+      run_bench_in_fresh_process("train", fmt::format("{}{},{},{},{}", kTrainChildFlag, c.name, dtype, steps, keep_gate_up));
   Measured r;
-  const std::size_t at = run.output.find(kResultTag);
+  const std::size_t at = run.output.find(kTrainResultTag);
   if (at == std::string::npos || !WIFEXITED(run.status) || WEXITSTATUS(run.status) != 0) {
     r.error = fmt::format("worker exited with status {}: {}", run.status, run.output.substr(0, 300));
     return r;
   }
-  const std::string result = run.output.substr(at + std::string(kResultTag).size());
+  const std::string result = run.output.substr(at + std::string(kTrainResultTag).size());
   if (result.rfind("error", 0) == 0) {
     r.error = result;
     return r;
@@ -185,17 +185,17 @@ std::vector<std::string> split(const std::string& s) {
 
 std::vector<BenchTable> run_train_suite(const BenchOptions& options) {
   for (const std::string& a : options.args)
-    if (a.rfind(kChildFlag, 0) == 0) {  // the worker process of run_lmcore
-      const std::vector<std::string> spec = split(a.substr(std::string(kChildFlag).size()));
-      LMCORE_CHECK(spec.size() == 4, "bench train: {} wants MODEL,DTYPE,STEPS,KEEP, got '{}'", kChildFlag, a);
+    if (a.rfind(kTrainChildFlag, 0) == 0) {  // the worker process of run_lmcore
+      const std::vector<std::string> spec = split(a.substr(std::string(kTrainChildFlag).size()));
+      LMCORE_CHECK(spec.size() == 4, "bench train: {} wants MODEL,DTYPE,STEPS,KEEP, got '{}'", kTrainChildFlag, a);
       for (const TrainCase& c : cases())
         if (c.name == spec[0]) {
-          std::printf("%s%s\n", kResultTag,
+          std::printf("%s%s\n", kTrainResultTag,
                       measure_lmcore(c, dtype_from_name(spec[1]), std::stoi(spec[2]), keep_gate_up_from(spec[3])).c_str());
           std::fflush(stdout);
           return {};
         }
-      fail("bench train: {}: no model '{}'", kChildFlag, spec[0]);
+      fail("bench train: {}: no model '{}'", kTrainChildFlag, spec[0]);
     }
   std::vector<std::string> models = options.quick ? std::vector<std::string>{"default"}
                                                   : std::vector<std::string>{"default", "gpt2"};
