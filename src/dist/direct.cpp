@@ -48,17 +48,13 @@ void DirectReduceScatter::run() {
     CallContext::Buffer recv_buf(ctx_, parts, parts_bytes);
     CallContext::Buffer send_buf(ctx_, src_, seg_.end());
     const std::uint64_t slot = ctx_.slot(Slot::data, step_);
-    // A group that gives way to another (give_way.h) moves the data in pieces; else in one piece. Every rank cuts every segment alike, and Gloo keeps one pair's messages on one
+    // A group that gives way to another (give_way.h) moves the data in pieces, one at a time; else
+    // in one piece. Every rank cuts every segment alike, and Gloo keeps one pair's messages on one
     // slot in order, so piece j meets piece j.
     const GiveWay& way = ctx_.give_way();
     const int pieces = way.pieces(seg_.max_len(), n);
-    // The receives of piece j + 1 are posted while piece j travels: Gloo moves a send's data only once
-    // its receive is posted, so a receive posted late costs every piece a round trip on the link
-    // (with 1 ms of delay each way and 512 KiB pieces, the separate reduce-scatter group's collectives
-    // took 1.2x as long as on one group). Sends still wait for the other groups piece by piece, so a
-    // caller that starts waiting on one of them finds at most two pieces per peer ahead of its call.
-    const auto post_recvs = [&](int j) {
-      int recvs = 0;
+    for (int j = 0; j < pieces; ++j) {
+      int recvs = 0, sends = 0;
       std::size_t o = 0, l = 0;
       for (int p = 0; p < n; ++p) {
         piece_of(static_cast<std::size_t>(p) * mine, mine, j, pieces, es, o, l);
@@ -67,14 +63,6 @@ void DirectReduceScatter::run() {
           ++recvs;
         }
       }
-      return recvs;
-    };
-    int recvs_next = post_recvs(0);
-    for (int j = 0; j < pieces; ++j) {
-      const int recvs = recvs_next;
-      recvs_next = j + 1 < pieces ? post_recvs(j + 1) : 0;
-      int sends = 0;
-      std::size_t o = 0, l = 0;
       // 2. Piece j of segment p of `src` to rank p (once the groups this one gives way to are idle).
       if (way.active()) way.wait_clear(ctx_);
       for (int k = 1; k < n; ++k) {
@@ -86,7 +74,7 @@ void DirectReduceScatter::run() {
           ++sends;
         }
       }
-      // 3. Wait for piece j (Gloo completes one pair's receives on one slot in order).
+      // 3. Wait for all of it.
       for (int i = 0; i < recvs; ++i) recv_buf.wait_recv();
       for (int i = 0; i < sends; ++i) send_buf.wait_send();
     }

@@ -6,11 +6,10 @@
 // data in pieces and, before it sends a piece, waits until no caller waits on any group it gives way
 // to. A call that nobody waits for yet (a prefetch) shares the link; one that a caller is blocked on
 // gets it. Only sending waits: a rank keeps receiving what its peers send, so the pieces of a call
-// stay in step across ranks. The receive of piece j+1 is posted while piece j travels (a receive
-// posted only once the previous piece is in costs every piece a round trip), and Gloo moves a send's
-// data only once its receive is posted, so at most two pieces per peer sit in the kernel's queues when
-// a caller starts waiting on the other group: that call waits for two pieces, not for the whole
-// reduce-scatter, on a link the two share.
+// stay in step across ranks. Pieces are received one at a time (the receive of piece j+1 is posted
+// once piece j is in), and Gloo moves a send's data only once its receive is posted, so at most one
+// piece per peer sits in the kernel's queues when a caller starts waiting on the other group: that
+// call waits for one piece, not for the whole reduce-scatter, on a link the two share.
 #pragma once
 
 #include <chrono>
