@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
+#include <csignal>
 #include <cstring>
 #include <stdexcept>
 
@@ -145,7 +146,10 @@ struct StalledWriter {
     if (::pipe(ready) != 0) throw std::runtime_error("pipe failed");
     pid = ::fork();
     if (pid == 0) {
-      // The child leaves SIGTERM and SIGINT at their default action, as a CLI process does.
+      // SIGTERM and SIGINT at their default action, as in a CLI process started from a terminal (a shell
+      // that runs the tests in the background hands its children SIGINT ignored, which the cleanup keeps).
+      ::signal(SIGTERM, SIG_DFL);
+      ::signal(SIGINT, SIG_DFL);
       AtomicFile f(dest);
       f.write(std::string(bytes, 'q'));
       (void)write_all(ready[1], "r");

@@ -101,6 +101,14 @@ def big_checkpoint(path, mib):
     lmcore.save_safetensors(str(path), {f"t{i}": np.full((1 << 18,), i, dtype=np.float32) for i in range(mib)})
 
 
+def default_signals():
+    """In the child before exec: SIGTERM and SIGINT at their default action, as in a CLI started from a
+    terminal. A shell that runs the tests in the background hands them SIGINT ignored, and lmcore keeps an
+    ignored signal ignored, so the SIGINT case would never interrupt the convert."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def wait_for_temporary(folder, proc, limit=60):
     end = time.time() + limit
     while time.time() < end and proc.poll() is None:
@@ -119,7 +127,7 @@ def test_convert_interrupted_removes_its_temporary(tmp_path, sig):
     caught = False
     for attempt in range(10):  # the temporary must be caught while it exists; retry when the signal came late
         proc = subprocess.Popen([str(CLI), "convert", str(src), str(out)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
+                                stderr=subprocess.PIPE, preexec_fn=default_signals)
         seen = wait_for_temporary(out.parent, proc)
         proc.send_signal(sig)
         proc.wait(timeout=60)
@@ -143,7 +151,7 @@ def test_temporary_of_a_killed_convert_is_swept_by_the_next(tmp_path):
     out.parent.mkdir()
     for attempt in range(5):
         proc = subprocess.Popen([str(CLI), "convert", str(src), str(out)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
+                                stderr=subprocess.PIPE, preexec_fn=default_signals)
         seen = wait_for_temporary(out.parent, proc)
         proc.kill()  # nothing runs on SIGKILL
         proc.wait(timeout=60)
