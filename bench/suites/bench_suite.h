@@ -51,13 +51,13 @@ const std::vector<BenchSuite>& all_suites();
 std::string format_tables(const std::vector<BenchTable>& tables);
 nlohmann::json tables_to_json(const std::vector<BenchTable>& tables);
 
-// Median wall time in seconds of `fn` over `repeats` runs after one warm-up run; stops early once
-// `max_seconds` have been spent (still at least one timed run).
 // A steady clock's reading in seconds, for timing a span by subtraction.
 inline double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// Median wall time in seconds of `fn` over `repeats` runs after one warm-up run; stops early once
+// `max_seconds` have been spent (still at least one timed run).
 double time_median(const std::function<void()>& fn, int repeats, double max_seconds = 10.0);
 
 // Best seconds per call of `fn`: samples of back-to-back calls (each ~20 ms), for `budget_seconds`
