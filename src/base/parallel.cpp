@@ -222,12 +222,19 @@ namespace {
 
 // Cuts [begin, end) into at most max_chunks even chunks of at least `grain` and runs them on the pool
 // (each thread takes the next chunk not yet taken).
+// How many chunks n elements are cut into: at most max_chunks, each of at least `grain` elements.
+// Chunk c covers [c*n/chunks, (c+1)*n/chunks) whichever thread runs it, so a loop's result does not
+// depend on the scheduling.
+std::int64_t chunk_count(std::int64_t n, std::int64_t grain, std::int64_t max_chunks) {
+  grain = std::max<std::int64_t>(grain, 1);
+  return std::min<std::int64_t>(max_chunks, (n + grain - 1) / grain);
+}
+
 void run_chunks(std::int64_t begin, std::int64_t end, std::int64_t grain, std::int64_t max_chunks,
                 const std::function<void(std::int64_t, std::int64_t)>& fn) {
   if (end <= begin) return;
   const std::int64_t n = end - begin;
-  grain = std::max<std::int64_t>(grain, 1);
-  const std::int64_t chunks = std::min<std::int64_t>(max_chunks, (n + grain - 1) / grain);
+  const std::int64_t chunks = chunk_count(n, grain, max_chunks);
   if (chunks <= 1) {
     fn(begin, end);
     return;
@@ -252,8 +259,7 @@ void parallel_for_balanced(std::int64_t begin, std::int64_t end, std::int64_t gr
   const std::int64_t threads = t_in_parallel ? 1 : num_threads();
   if (end <= begin) return;
   const std::int64_t n = end - begin;
-  grain = std::max<std::int64_t>(grain, 1);
-  const std::int64_t chunks = std::min<std::int64_t>(threads * kBalancedChunksPerThread, (n + grain - 1) / grain);
+  const std::int64_t chunks = chunk_count(n, grain, threads * kBalancedChunksPerThread);
   if (threads == 1 || chunks <= 1) {
     fn(begin, end);
     return;
