@@ -200,8 +200,8 @@ std::vector<BenchTable> run_lce_suite(const BenchOptions& options) {
   detail.notes.push_back(fmt::format(
       "fused tiling: automatic from a {} MiB logits budget (whole vocabulary per tile when >= 64 rows fit); "
       "each GEMM step one single-threaded BLAS call per thread on a vocabulary slice; bf16 on the matrix units "
-      "({}): whole vocabulary when >= 512 rows fit, else 4096-row tiles of vocabulary chunks, each product one "
-      "gemm_lowp call over the pool",
+      "({}), forward + backward with the tile transposed: whole vocabulary when >= 160 rows fit, else 4096-row "
+      "tiles of vocabulary chunks (two passes)",
       budget >> 20, lowp_gemm_path_description(DType::bf16)));
   detail.notes.push_back(
       "extra peak: allocation tracker, above inputs + weight + f32 d_weight buffer + d_hidden; peak RSS: ru_maxrss "

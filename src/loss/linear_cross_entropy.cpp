@@ -630,18 +630,20 @@ struct NoDh {
 // ~1300). So below kLowpMinRows whole-vocabulary rows the vocabulary is chunked with up to
 // kLowpChunkRows rows per tile: two passes (4 products instead of 3) that still come out ahead.
 // A forward + backward on the matrix units runs transposed (d_logits over the logits: 4 bytes a
-// logit) when the weight is dense (weight_dense: row stride H) and there is no softcap: in one pass
-// when whole-vocabulary tiles get kLowpMinRows rows, else in chunks of the vocabulary with up to
-// kLowpChunkRows rows, two passes (N 4096, H 1024, V 128256 on AMX, 2 threads, 128 MiB: 4024-4043 ms
-// against 4336-4522 for the untransposed chunks).
+// logit) when the weight is dense (weight_dense: row stride H) and there is no softcap. There the
+// products take W and d_logits as stored, and one pass stays ahead down to kLowpTransposedMinRows
+// whole-vocabulary rows (loss/tiling.h); below it, chunks of the vocabulary with up to
+// kLowpChunkRows rows, two passes.
 template <typename Acc, typename In>
 Plan plan_for(const char* op, std::int64_t n, std::int64_t h, std::int64_t v, DType hidden_dtype, DType weight_dtype,
               bool weight_dense, const LossOptions& options, bool forward, bool backward) {
   constexpr bool kLowp = !std::is_same_v<Acc, In>;
-  constexpr std::int64_t kLowpMinRows = 512, kLowpChunkRows = 4096;
+  using loss_detail::kLowpChunkRows;
+  using loss_detail::kLowpMinRows;
   if constexpr (kLowp) {
     if (forward && backward && options.softcap == 0 && weight_dense && h > 0) {
-      return {loss_detail::choose_tiling(op, n, h, v, sizeof(Acc), options, false, 1, kLowpMinRows, kLowpChunkRows),
+      return {loss_detail::choose_tiling(op, n, h, v, sizeof(Acc), options, false, 1,
+                                         loss_detail::kLowpTransposedMinRows, kLowpChunkRows),
               true};
     }
   }

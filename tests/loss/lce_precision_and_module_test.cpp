@@ -191,7 +191,8 @@ TEST(LinearCrossEntropyPrecision, Bf16TransposedTilesKeepANanToItsToken) {
 
 // The automatic tiling: whole-vocabulary tiles while they hold min_rows rows (or every token), else
 // chunks of the vocabulary with chunk_rows rows (64 and 64 for BLAS; 512 and 4096 on the matrix
-// units, whose tile holds an f32 and a bf16 copy: 6 bytes per logit).
+// units, whose tile holds an f32 and a bf16 copy: 6 bytes per logit; 160 and 4096 for their
+// transposed forward + backward tile, 4 bytes per logit).
 TEST(LinearCrossEntropyPrecision, TilingKeepsWholeVocabularyTilesOnlyWhileTheyHoldEnoughRows) {
   LossOptions o;  // 128 MiB
   using loss_detail::choose_tiling;
@@ -217,6 +218,17 @@ TEST(LinearCrossEntropyPrecision, TilingKeepsWholeVocabularyTilesOnlyWhileTheyHo
   EXPECT_EQ(units(100, 128256).cols, 128256);
   EXPECT_EQ(units(200, 128256).rows, 200);  // 174 rows < 200 tokens and < 512: chunked
   EXPECT_EQ(units(200, 128256).cols, (128 << 20) / (200 * 6));
+  // The transposed forward + backward tile (4 bytes a logit) keeps one pass down to
+  // kLowpTransposedMinRows rows: V = 128256 with the default budget in 16 tiles of 256 rows.
+  const auto transposed = [&](std::int64_t n, std::int64_t v) {
+    return choose_tiling("t", n, 1024, v, 4, o, false, 1, loss_detail::kLowpTransposedMinRows,
+                         loss_detail::kLowpChunkRows);
+  };
+  EXPECT_EQ(transposed(4096, 128256).rows, 256);  // 261 rows >= 160
+  EXPECT_EQ(transposed(4096, 128256).cols, 128256);
+  EXPECT_EQ((128 << 20) / (256000 * 4), 131);
+  EXPECT_EQ(transposed(4096, 256000).rows, 4096);  // 131 rows < 160: two passes over 4096-row chunks
+  EXPECT_EQ(transposed(4096, 256000).cols, (128 << 20) / (4096 * 4));
 }
 
 // The budget rule of the BLAS paths: memory_budget, capped at a share of the [N, V] logits in the

@@ -54,8 +54,9 @@
 // instead keep the tile transposed, [C, T], and write the bf16 d_logits over it in place: the logits
 // and d_weight products then read W and d_logits without oneDNN re-blocking them, one vocabulary slice
 // per thread, and the tile takes 4 bytes a logit (plus one f32 [H, T] partial d_hidden per thread):
-// whole-vocabulary tiles of T = budget / (V * 4) rows when that is >= 512, else chunks of the
-// vocabulary with up to 4096 rows, two passes. set_lowp_gemm_onednn(false) or
+// whole-vocabulary tiles of T = budget / (V * 4) rows when that is >= 160 (one pass: V = 128256
+// with the default budget gets 16 tiles of 256 rows), else chunks of the vocabulary with up to 4096
+// rows, two passes. set_lowp_gemm_onednn(false) or
 // LMCORE_ONEDNN=0 gives the widened f32 path above.
 #pragma once
 
