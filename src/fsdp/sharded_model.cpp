@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "lmcore/core/copy.h"
 #include "lmcore/core/error.h"
 #include "lmcore/core/fault_injection.h"
 #include "lmcore/model/grad_norm.h"
@@ -52,7 +53,8 @@ class ShardedLlama::Access final : public model::UnitAccess {
   float* grads(int u) override {
     Unit& x = units_[u];
     if (!x.full_grad.defined()) {
-      x.full_grad = Tensor::zeros({s_.units_[u].padded}, DType::f32);
+      x.full_grad = spare_.take(s_.units_[u].padded, DType::f32);
+      std::fill_n(x.full_grad.data<float>(), x.full_grad.numel(), 0.0f);
       account();
     }
     return x.full_grad.data<float>();
@@ -67,12 +69,12 @@ class ShardedLlama::Access final : public model::UnitAccess {
     if (forward_ && with_backward_ && u == last_unit()) return;
     const int policy = s_.reshard_policy();
     if (!forward_ || !with_backward_ || policy == s_.world_) {
-      x.full = Tensor();
+      spare_.give(std::move(x.full));
     } else if (policy > 1) {
       // Keep 1/k: the chunk this rank holds within its group of k consecutive ranks.
       const std::int64_t chunk = s_.units_[u].padded / policy;
       x.k_chunk = x.full.narrow(0, (s_.rank_ % policy) * chunk, chunk).clone();
-      x.full = Tensor();
+      spare_.give(std::move(x.full));
     }  // policy 0: keep the full parameters for the backward
   }
 
@@ -84,8 +86,13 @@ class ShardedLlama::Access final : public model::UnitAccess {
       if (units_[v].rs_pending) finish_reduce(static_cast<int>(v));
     Unit& x = units_[u];
     const UnitShard& us = s_.units_[u];
-    x.rs_in = s_.options_.reduce_dtype == DType::f32 ? x.full_grad : x.full_grad.to(s_.options_.reduce_dtype);
-    x.full_grad = Tensor();
+    if (s_.options_.reduce_dtype == DType::f32) {
+      x.rs_in = std::move(x.full_grad);
+    } else {
+      x.rs_in = spare_.take(us.padded, s_.options_.reduce_dtype);
+      copy_cast(x.full_grad, x.rs_in);
+      spare_.give(std::move(x.full_grad));
+    }
     x.rs_out = Tensor::empty({us.shard}, s_.options_.reduce_dtype);
     dist::ProcessGroup& g = s_.rs_group_ ? *s_.rs_group_ : *s_.pg_;
     x.rs = g.reduce_scatter_single_async(x.rs_out, x.rs_in, {.op = dist::ReduceOp::avg});
@@ -120,7 +127,8 @@ class ShardedLlama::Access final : public model::UnitAccess {
         x.in_flight = false;
         x.gather = dist::Work();
       }
-      x.full = x.k_chunk = Tensor();
+      spare_.give(std::move(x.full));
+      x.k_chunk = Tensor();
     }
     account();
   }
@@ -130,7 +138,8 @@ class ShardedLlama::Access final : public model::UnitAccess {
     std::size_t now = 0;
     for (const Unit& x : units_)
       for (const Tensor* t : {&x.full, &x.k_chunk, &x.full_grad, &x.rs_in, &x.rs_out})
-        if (t->defined() && !(t == &x.rs_in && x.rs_in.storage() == x.full_grad.storage())) now += t->nbytes();
+        if (t->defined()) now += t->nbytes();
+    now += spare_.bytes();
     stats_.unsharded_bytes = now;
     stats_.peak_unsharded_bytes = std::max(stats_.peak_unsharded_bytes, now);
   }
@@ -142,6 +151,7 @@ class ShardedLlama::Access final : public model::UnitAccess {
   }
   void drop_unsynced_grads() {
     for (Unit& x : units_) x.full_grad = Tensor();
+    spare_.clear();
   }
 
   CommStats stats_;
@@ -166,14 +176,15 @@ class ShardedLlama::Access final : public model::UnitAccess {
     stats_.reduce_wait_s += seconds_since(t);
     add_into(s_.grads_.data<float>() + s_.units_[u].local, x.rs_out);
     x.rs = dist::Work();
-    x.rs_in = x.rs_out = Tensor();
+    spare_.give(std::move(x.rs_in));
+    x.rs_out = Tensor();
     x.rs_pending = false;
   }
 
   void issue_gather(int u) {
     Unit& x = units_[u];
     const UnitShard& us = s_.units_[u];
-    x.full = Tensor::empty({us.padded}, s_.options_.param_dtype);
+    x.full = spare_.take(us.padded, s_.options_.param_dtype);
     if (x.k_chunk.defined()) {
       // Between forward and backward this rank kept 1/k: gather within its group of k.
       x.gather = s_.k_group_->all_gather_single_async(x.full, x.k_chunk);
@@ -196,8 +207,46 @@ class ShardedLlama::Access final : public model::UnitAccess {
 
   int last_unit() const { return static_cast<int>(units_.size()) - 1; }
 
+  // Unsharded buffers the units are done with, kept for the next unit of the same size: the blocks
+  // all have one size, so a step's gathers and gradients cycle through a few buffers instead of
+  // mapping fresh memory for each (whose page faults and zeroing by the kernel took about a tenth of
+  // a rank's CPU, 4 ranks on the shaped link; see bench fsdp). At most kSpares buffers a size and
+  // dtype, counted in the unsharded bytes.
+  class Spares {
+   public:
+    Tensor take(std::int64_t numel, DType dtype) {
+      for (auto it = free_.begin(); it != free_.end(); ++it)
+        if (it->numel() == numel && it->dtype() == dtype) {
+          Tensor t = std::move(*it);
+          free_.erase(it);
+          return t;
+        }
+      return Tensor::empty({numel}, dtype);
+    }
+    // Keeps t when nothing else holds its memory and its size has room, else frees it.
+    void give(Tensor&& t) {
+      Tensor held = std::move(t);
+      if (!held.defined() || held.storage().use_count() != 1 || held.storage_offset() != 0) return;
+      const auto same = std::count_if(free_.begin(), free_.end(), [&](const Tensor& f) {
+        return f.numel() == held.numel() && f.dtype() == held.dtype();
+      });
+      if (same < kSpares) free_.push_back(std::move(held));
+    }
+    std::size_t bytes() const {
+      std::size_t n = 0;
+      for (const Tensor& f : free_) n += f.nbytes();
+      return n;
+    }
+    void clear() { free_.clear(); }
+
+   private:
+    static constexpr std::ptrdiff_t kSpares = 2;
+    std::vector<Tensor> free_;
+  };
+
   ShardedLlama& s_;
   std::vector<Unit> units_;
+  Spares spare_;
   std::vector<int> order_;
   bool forward_ = true, with_backward_ = true;
 };
