@@ -76,7 +76,7 @@ std::vector<BenchTable> run_core_gemm_lowp(const BenchOptions& options) {
   const double inf = 1e30;
   std::vector<double> t_lm(shapes.size(), inf), t_wide(shapes.size(), inf), t_h(shapes.size(), inf),
       t_torch(shapes.size(), inf);
-  std::string torch_error;
+  std::string torch_error, torch_version = "(not run)";
   for (int r = 0; r < rounds; ++r) {
     for (std::size_t i = 0; i < shapes.size(); ++i) {
       t_lm[i] = std::min(t_lm[i], time_gemm(shapes[i], bf[i], budget));
@@ -88,12 +88,15 @@ std::vector<BenchTable> run_core_gemm_lowp(const BenchOptions& options) {
     try {
       const nlohmann::json j = run_python_peer("torch_gemm.py", torch_args);
       for (std::size_t i = 0; i < shapes.size(); ++i) t_torch[i] = std::min(t_torch[i], j["seconds"][i].get<double>());
+      torch_version = j.value("torch", std::string("?"));
     } catch (const std::exception& e) {
       torch_error = e.what();
     }
   }
 
-  BenchTable t{"core: bf16/f16 GEMM (gemm_lowp) vs torch 1.13 bf16 matmul, same run, C in the input dtype",
+  // The peer is whatever torch /usr/bin/python3 imports (1.13 on Debian 12): the title names the one that ran.
+  BenchTable t{fmt::format("core: bf16/f16 GEMM (gemm_lowp) vs torch {} bf16 matmul, same run, C in the input dtype",
+                           torch_version),
                {"shape", "M", "N", "K", "op", "bf16 GFLOPS", "torch bf16 GFLOPS", "bf16 / torch", "bf16 widened GFLOPS",
                 "f16 GFLOPS"},
                {},
@@ -108,7 +111,8 @@ std::vector<BenchTable> run_core_gemm_lowp(const BenchOptions& options) {
                       flop / t_h[i] / 1e9});
   }
   t.notes.push_back(fmt::format("oneDNN {}; bf16: {}", onednn_info(), lowp_gemm_path_description(DType::bf16)));
-  t.notes.push_back(fmt::format("f16: {}; torch 1.13 has no f16 CPU matmul", lowp_gemm_path_description(DType::f16)));
+  t.notes.push_back(fmt::format("f16: {}; torch not timed in f16 (1.13 has no f16 CPU matmul)",
+                                lowp_gemm_path_description(DType::f16)));
   t.notes.push_back(fmt::format("threads {} (lmcore and torch.set_num_threads); best of {} alternating rounds; "
                                 "bf16 / torch > 1: lmcore faster; load average {:.1f} at the end",
                                 threads, rounds, load_average_1min()));
