@@ -220,8 +220,6 @@ bool in_parallel_region() { return t_in_parallel; }
 
 namespace {
 
-// Cuts [begin, end) into at most max_chunks even chunks of at least `grain` and runs them on the pool
-// (each thread takes the next chunk not yet taken).
 // How many chunks n elements are cut into: at most max_chunks, each of at least `grain` elements.
 // Chunk c covers [c*n/chunks, (c+1)*n/chunks) whichever thread runs it, so a loop's result does not
 // depend on the scheduling.
@@ -230,6 +228,8 @@ std::int64_t chunk_count(std::int64_t n, std::int64_t grain, std::int64_t max_ch
   return std::min<std::int64_t>(max_chunks, (n + grain - 1) / grain);
 }
 
+// Cuts [begin, end) into at most max_chunks even chunks of at least `grain` and runs them on the pool
+// (each thread takes the next chunk not yet taken).
 void run_chunks(std::int64_t begin, std::int64_t end, std::int64_t grain, std::int64_t max_chunks,
                 const std::function<void(std::int64_t, std::int64_t)>& fn) {
   if (end <= begin) return;

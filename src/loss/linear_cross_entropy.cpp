@@ -640,10 +640,11 @@ Plan plan_for(const char* op, std::int64_t n, std::int64_t h, std::int64_t v, DT
   constexpr bool kLowp = !std::is_same_v<Acc, In>;
   using loss_detail::kLowpChunkRows;
   using loss_detail::kLowpMinRows;
+  using loss_detail::kLowpTransposedMinRows;
   if constexpr (kLowp) {
     if (forward && backward && options.softcap == 0 && weight_dense && h > 0) {
-      return {loss_detail::choose_tiling(op, n, h, v, sizeof(Acc), options, false, 1,
-                                         loss_detail::kLowpTransposedMinRows, kLowpChunkRows),
+      return {loss_detail::choose_tiling(op, n, h, v, sizeof(Acc), options, false, 1, kLowpTransposedMinRows,
+                                         kLowpChunkRows),
               true};
     }
   }

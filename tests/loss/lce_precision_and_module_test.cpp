@@ -198,7 +198,7 @@ TEST(LinearCrossEntropyPrecision, TilingKeepsWholeVocabularyTilesOnlyWhileTheyHo
   using loss_detail::choose_tiling;
   const auto blas = [&](std::int64_t n, std::int64_t v) { return choose_tiling("t", n, 1024, v, 4, o, false); };
   const auto units = [&](std::int64_t n, std::int64_t v) {
-    return choose_tiling("t", n, 1024, v, 6, o, false, 1, 512, 4096);
+    return choose_tiling("t", n, 1024, v, 6, o, false, 1, loss_detail::kLowpMinRows, loss_detail::kLowpChunkRows);
   };
   // Whole-vocabulary tiles: as many as the budget's rows need, evened out.
   EXPECT_EQ((128 << 20) / (128256 * 4), 261);
