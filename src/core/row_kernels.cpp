@@ -3,7 +3,6 @@
 #define HWY_TARGET_INCLUDE "src/core/row_kernels.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
-#include <hwy/contrib/math/math-inl.h>
 
 #include <cstdint>
 #include <limits>

@@ -3,7 +3,6 @@
 #define HWY_TARGET_INCLUDE "src/loss/row_kernels.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
-#include <hwy/contrib/math/math-inl.h>
 
 #include <cmath>
 #include <limits>
@@ -18,6 +17,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 using D = hn::ScalableTag<float>;
 using V = hn::Vec<D>;
 
+using internal::HWY_NAMESPACE::ExpNaN;
 using internal::HWY_NAMESPACE::LoadTail;
 using internal::HWY_NAMESPACE::StoreTail;
 
@@ -27,11 +27,9 @@ void RowGrad(float* HWY_RESTRICT x, std::int64_t n, float lse, float a, float bw
   const D d;
   const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d));
   const V vl = hn::Set(d, lse), va = hn::Set(d, a), vbw = hn::Set(d, bw);
-  // exp with the NaN rule of row_kernels.h: Highway's Exp maps NaN to 0.
   const auto f = [&](V v) {
     if constexpr (kExp) {
-      const V t = hn::Sub(v, vl);
-      return hn::IfThenElse(hn::IsNaN(t), t, hn::Exp(d, t));
+      return ExpNaN(d, hn::Sub(v, vl));  // x - lse <= 0; NaN stays NaN
     } else {
       return v;
     }
