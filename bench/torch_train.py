@@ -59,7 +59,8 @@ def main():
     times.sort()
     median = times[len(times) // 2]
     print(json.dumps({"tokens_per_s": a.batch * a.seq / median, "step_s": median, "losses": losses,
-                      "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+                      "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                      "torch": torch.__version__}))
 
 
 if __name__ == "__main__":

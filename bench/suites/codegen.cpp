@@ -85,10 +85,12 @@ BenchTable rmsnorm_table(const BenchOptions& opt, const codegen::Options& co) {
   for (auto dt : {codegen::DType::f32, codegen::DType::bf16}) {
     const double bytes = 6.0 * NC * codegen::dtype_size(dt);
     double torch_s = NAN;
+    std::string torch_version = "?";
     try {
       const auto j = run_python_peer("torch_rmsnorm.py", fmt::format("--threads {} --rows {} --hidden {} --dtype {} --budget {}",
                                                                      num_threads(), N, C, codegen::dtype_name(dt), budget));
       torch_s = j["seconds"].get<double>();
+      torch_version = j.value("torch", torch_version);
     } catch (const std::exception& e) {
       t.notes.push_back(std::string("torch: ") + e.what());
     }
@@ -119,7 +121,7 @@ BenchTable rmsnorm_table(const BenchOptions& opt, const codegen::Options& co) {
                         std::isnan(torch_s) ? nlohmann::json("") : nlohmann::json(torch_s / s)});
     }
     if (!std::isnan(torch_s))
-      t.rows.push_back({"torch 1.13 (torch ops, autograd)", codegen::dtype_name(dt), torch_s * 1e3,
+      t.rows.push_back({"torch " + torch_version + " (torch ops, autograd)", codegen::dtype_name(dt), torch_s * 1e3,
                         bytes / torch_s / 1e9, 100.0 * bytes / torch_s / 1e9 / copy_gbs, 1.0});
   }
   t.notes.push_back(fmt::format("bytes of fwd + bwd: 6 N C x dtype size; copy: 2 x 2 N C x 4 (same working set as f32); load average {:.1f}",

@@ -14,7 +14,7 @@
 //   * map + read header via the mapping    how load() read the header before (for comparison)
 //   * load() + first access                touches the first byte of the first tensor
 //   * load() + read every byte             a checksum over every tensor's bytes
-//   * torch.load (weights_only, default)   torch 1.13 in /usr/bin/python3, timed inside Python
+//   * torch.load (weights_only, default)   the torch of /usr/bin/python3 (1.13 on Debian 12), timed inside Python
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -136,7 +136,8 @@ double time_cat(const std::string& path) {
 
 // Median seconds of torch.load(path, weights_only=True) and of torch.load(path) over `repeats` each,
 // timed inside one /usr/bin/python3 process (one torch import); {-1, -1} and `error` when torch fails.
-std::pair<double, double> time_torch_load(const std::string& path, int repeats, std::string& error) {
+// `version` receives the torch version that ran (1.13 on Debian 12, whatever /usr/bin/python3 has elsewhere).
+std::pair<double, double> time_torch_load(const std::string& path, int repeats, std::string& error, std::string& version) {
   const std::string script =
       "import sys, time, statistics, torch\n"
       "torch.set_num_threads(1)\n"
@@ -148,7 +149,7 @@ std::pair<double, double> time_torch_load(const std::string& path, int repeats, 
       "    for _ in range(n):\n"
       "        t = time.perf_counter(); sd = torch.load(p, weights_only=wo); ts.append(time.perf_counter() - t); del sd\n"
       "    out.append(statistics.median(ts))\n"
-      "print(out[0], out[1])\n";
+      "print(out[0], out[1], torch.__version__)\n";
   ::setenv("LMCORE_BENCH_SCRIPT", script.c_str(), 1);
   const std::string cmd = "/usr/bin/python3 -c \"$LMCORE_BENCH_SCRIPT\" '" + path + "' " + std::to_string(repeats) + " 2>&1";
   FILE* f = ::popen(cmd.c_str(), "r");
@@ -160,10 +161,12 @@ std::pair<double, double> time_torch_load(const std::string& path, int repeats, 
   char buf[512];
   while (std::fgets(buf, sizeof(buf), f)) out += buf;
   double wo = -1, def = -1;
-  if (::pclose(f) != 0 || std::sscanf(out.c_str(), "%lf %lf", &wo, &def) != 2) {
+  char ver[64] = {0};
+  if (::pclose(f) != 0 || std::sscanf(out.c_str(), "%lf %lf %63s", &wo, &def, ver) != 3) {
     error = out.substr(0, 200);
     return {-1, -1};
   }
+  version = ver;
   return {wo, def};
 }
 
@@ -272,8 +275,8 @@ std::vector<BenchTable> run_io_suite(const BenchOptions& options) {
   const double pt_open = time_median([&] { sink += io::load(pt_path).tensors.size(); }, reps);
   const double pt_all = time_median([&] { sink += checksum(io::load(pt_path).tensors); }, reps);
 
-  std::string err_wo;
-  const auto [torch_wo, torch_def] = time_torch_load(pt_path, options.quick ? 1 : 3, err_wo);
+  std::string err_wo, torch_version;
+  const auto [torch_wo, torch_def] = time_torch_load(pt_path, options.quick ? 1 : 3, err_wo, torch_version);
   const std::string err_def = err_wo;
   std::filesystem::remove_all(dir);
 
@@ -296,9 +299,9 @@ std::vector<BenchTable> run_io_suite(const BenchOptions& options) {
   row("cat model.pt > /dev/null", cat_pt, cat_pt);
   row("pt: load() alone", pt_open, cat_pt);
   row("pt: load() + read every byte", pt_all, cat_pt);
-  if (torch_wo > 0) row("torch 1.13 torch.load(weights_only=True)", torch_wo, cat_pt);
+  if (torch_wo > 0) row("torch " + torch_version + " torch.load(weights_only=True)", torch_wo, cat_pt);
   else t.notes.push_back("torch.load(weights_only=True) not measured: " + err_wo);
-  if (torch_def > 0) row("torch 1.13 torch.load() default", torch_def, cat_pt);
+  if (torch_def > 0) row("torch " + torch_version + " torch.load() default", torch_def, cat_pt);
   else t.notes.push_back("torch.load() not measured: " + err_def);
   t.notes.push_back(fmt::format("writers: save_safetensors {:.0f} ms, save_torch {:.0f} ms (fsync included)",
                                 save_st * 1e3, save_pt * 1e3));

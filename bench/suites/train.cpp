@@ -64,6 +64,7 @@ std::vector<TrainCase> cases() {
 
 struct Measured {
   double tokens_per_s = -1, step_s = -1, peak_rss = -1, loss0 = 0;
+  std::string torch_version;  // torch's side: the version that ran
   std::string error;
 };
 
@@ -145,7 +146,7 @@ Measured run_torch(const TrainCase& c, DType dtype, int steps, const std::string
                                       script, config_path, c.batch, c.seq, dtype_name(dtype), steps, num_threads());
   FILE* f = ::popen(cmd.c_str(), "r");
   Measured r;
-  if (!f) return {.error = "popen failed"};
+  if (!f) return {.torch_version = "", .error = "popen failed"};
   std::string out;
   char buf[4096];
   while (std::fgets(buf, sizeof buf, f)) out += buf;
@@ -164,6 +165,7 @@ Measured run_torch(const TrainCase& c, DType dtype, int steps, const std::string
   r.step_s = j["step_s"];
   r.peak_rss = j["peak_rss_bytes"];
   r.loss0 = j["losses"][0];
+  r.torch_version = j.value("torch", std::string("?"));
   return r;
 }
 
@@ -214,7 +216,6 @@ std::vector<BenchTable> run_train_suite(const BenchOptions& options) {
   const std::string tmp = (std::filesystem::temp_directory_path() / fmt::format("lmcore_bench_train_{}", ::getpid())).string();
   std::filesystem::create_directories(tmp);
   BenchTable t;
-  t.title = "lmcore train vs torch 1.13 eager (same model, batch, threads; one optimizer step = fwd + bwd + AdamW)";
   t.columns = {"model", "params", "dtype", "B x T", "lmcore tok/s", "torch tok/s", "x torch", "lmcore MFU",
                "torch MFU", "lmcore RSS MiB", "torch RSS MiB", "RSS / torch"};
   // Every measurement of lmcore runs in its own process (run_lmcore), torch's in its own Python process.
@@ -241,6 +242,12 @@ std::vector<BenchTable> run_train_suite(const BenchOptions& options) {
                                                                                     : "recomputed in the backward",
                                   keep_gate_up));
   }
+  // The peer is whatever torch /usr/bin/python3 imports (1.13 on Debian 12): the title names the one that ran.
+  std::string torch_version = "(not run)";
+  for (const Row& row : measured)
+    if (!row.theirs.torch_version.empty()) torch_version = row.theirs.torch_version;
+  t.title = fmt::format("lmcore train vs torch {} eager (same model, batch, threads; one optimizer step = fwd + bwd + AdamW)",
+                        torch_version);
   std::map<std::string, double> peak;
   for (const std::string& d : dtypes) peak[d] = model::gemm_peak_gflops(dtype_from_name(d), 1024, 3.0);
   for (const Row& row : measured) {
