@@ -32,8 +32,16 @@ inline std::string write_script(const std::string& path, const std::string& body
   return path;
 }
 
+// The persistent cache of the sweep tests: $LMCORE_TEST_KERNEL_CACHE when set (scripts/test points the
+// release and the sanitizer builds' tests at one, so the second finds the kernels the first compiled:
+// the same source, compiler and flags, and so the same keys), else one in this build's directory.
+inline std::string test_kernel_cache() {
+  const char* env = std::getenv("LMCORE_TEST_KERNEL_CACHE");
+  return env != nullptr && *env != '\0' ? std::string(env) : std::string(LMCORE_TEST_KERNEL_CACHE);
+}
+
 // The options of the tests: the environment's compiler, the persistent test cache (or `dir`).
-inline Options test_options(const std::string& dir = LMCORE_TEST_KERNEL_CACHE) {
+inline Options test_options(const std::string& dir = test_kernel_cache()) {
   Options o = Options::from_env();
   o.cache_dir = dir;
   o.enabled = true;
