@@ -1,8 +1,8 @@
 // lmcore bench fsdp — sharded training steps: step time, tokens/s and exposed communication (the time
 // a rank waits on collectives) for 2 and 4 ranks, with and without prefetch and the separate
 // reduce-scatter group (prefetch depth 1, and 2 with the group), over loopback and over network
-// namespaces joined by shaped links (bench/fsdp_netns.sh: needs root). Hidden = 1 - exposed / the step's collectives run back to back
-// (measured by each run before training, on the same links).
+// namespaces joined by shaped links (bench/fsdp_netns.sh: needs root). Hidden = 1 - exposed / the
+// step's collectives run back to back (measured by each run before training, on the same links).
 //
 // Each configuration is one `lmcore train --fsdp` run (its ranks started by `lmcore launch`, or by the
 // namespace script) on the built-in corpus; the figures are rank 0's medians over the steps after the
