@@ -146,7 +146,10 @@ Measured run_torch(const TrainCase& c, DType dtype, int steps, const std::string
                                       script, config_path, c.batch, c.seq, dtype_name(dtype), steps, num_threads());
   FILE* f = ::popen(cmd.c_str(), "r");
   Measured r;
-  if (!f) return {.torch_version = "", .error = "popen failed"};
+  if (!f) {
+    r.error = "popen failed";
+    return r;
+  }
   std::string out;
   char buf[4096];
   while (std::fgets(buf, sizeof buf, f)) out += buf;

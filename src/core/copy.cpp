@@ -104,10 +104,7 @@ void copy_cast(const Tensor& src, Tensor& dst) {
   auto* dst_base = static_cast<std::byte*>(dst.data_ptr());
   auto* src_base = static_cast<std::byte*>(src.data_ptr());
   const CastRow row = for_pair<PickRow, CastRow>(dst.dtype(), src.dtype());
-  internal::for_each_row<2>(dst.shape(), {dst.strides(), src_strides}, {dst_base, src_base}, itemsizes,
-                            [row](std::array<std::byte*, 2> p, std::int64_t n, std::array<std::int64_t, 2> step) {
-                              row(p, n, step);
-                            });
+  internal::for_each_row<2>(dst.shape(), {dst.strides(), src_strides}, {dst_base, src_base}, itemsizes, row);
 }
 
 void copy_cast_reference(const Tensor& src, Tensor& dst) {
