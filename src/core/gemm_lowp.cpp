@@ -4,8 +4,9 @@
 // How a call runs:
 //  1. Check the arguments; M or N == 0 is a no-op and K == 0 scales C by beta.
 //  2. Pick the path (lowp_gemm_path) and the cut: outside a parallel_for the rows (or, for short
-//     wide products, the columns) of C are split into num_threads() blocks on lmcore's pool; inside
-//     one the whole product runs on the calling thread.
+//     wide products, the columns) of C are split into num_threads() blocks on lmcore's pool, or for
+//     a long K against few rows K is cut and the blocks' f32 partials added (run_cut); inside one
+//     the whole product runs on the calling thread.
 //  3. Each block runs single-threaded. oneDNN: operands whose strides are not dense are first packed
 //     into per-thread buffers (oneDNN 2.6's brgemm kernels, the AMX ones included, only take dense
 //     row-major or transposed matrices and would otherwise fall back to a slower non-AMX gemm), then
@@ -247,6 +248,7 @@ class ThreadBuffer {
 
 struct ThreadBuffers {
   ThreadBuffer scratchpad, a, b, c;
+  ThreadBuffer partials;  // a K-split product's f32 partial sums (run_cut, on the calling thread)
 };
 
 ThreadBuffers& thread_buffers() {
@@ -312,6 +314,7 @@ struct Gemm {
   float beta;
   void* c;
   std::int64_t ldc;
+  bool keep_strides = false;  // oneDNN takes A and B with their strides even when bf16 (a K slice)
 };
 
 // Stored shape of op(X) = [rows, cols] given its transpose flag.
@@ -327,7 +330,7 @@ void run_onednn_block(const Gemm& g) {
   // oneDNN then takes its jit sgemm (143-197 GFLOPS on Zen 5 against brgemm's ~200 on dense
   // operands) and no copy is made; packed copies of the fused loss's tile slices grew its peak
   // memory by a third.
-  const bool keep_strides = g.ab == DType::f32;
+  const bool keep_strides = g.ab == DType::f32 || g.keep_strides;
   const Stored sa = stored(g.ta, g.m, g.k), sb = stored(g.tb, g.k, g.n);
   const void* a = g.a;
   if (!keep_strides && sa.rows > 1 && g.lda != sa.cols) {
@@ -459,16 +462,98 @@ Gemm col_block(const Gemm& g, std::int64_t lo, std::int64_t hi) {
   return s;
 }
 
-// Runs g as one block, or (may_split) cut into blocks over lmcore's pool. Rows are cut on multiples
-// of 16 (AMX tiles hold 16 rows) and columns on multiples of 64, and each block keeps at least ~2M
-// multiply-adds so a pool wake-up stays a small fraction.
+// A slice [lo, hi) of K as a product of its own, f32 into `partial` (dense [m, n]), alpha 1, beta 0.
+// Its operands keep their strides (a slice of A is not dense): oneDNN then runs its jit gemm, which on
+// AVX-512 BF16 without AMX is as fast as brgemm on a packed copy or faster (see cut_k_pays).
+Gemm k_slice(const Gemm& g, std::int64_t lo, std::int64_t hi, float* partial) {
+  Gemm s = g;
+  const std::int64_t item = static_cast<std::int64_t>(dtype_size(g.ab));
+  s.k = hi - lo;
+  s.a = static_cast<const std::byte*>(g.a) + (g.ta ? lo * g.lda : lo) * item;
+  s.b = static_cast<const std::byte*>(g.b) + (g.tb ? lo : lo * g.ldb) * item;
+  s.c_dtype = DType::f32;
+  s.c = partial;
+  s.ldc = g.n;
+  s.alpha = 1.0f;
+  s.beta = 0.0f;
+  s.keep_strides = true;
+  return s;
+}
+
+// Rows [r0, r1) of C = alpha * (the sum of the parts' partials) + beta * C, in C's dtype.
+void add_partials(const Gemm& g, const float* partials, std::int64_t parts, std::int64_t r0, std::int64_t r1,
+                  std::vector<float>& row) {
+  const std::int64_t n = g.n, plane = g.m * g.n;
+  row.resize(static_cast<std::size_t>(n));
+  for (std::int64_t r = r0; r < r1; ++r) {
+    float* acc = row.data();
+    std::copy_n(partials + r * n, n, acc);
+    for (std::int64_t p = 1; p < parts; ++p) {
+      const float* q = partials + p * plane + r * n;
+      for (std::int64_t j = 0; j < n; ++j) acc[j] += q[j];
+    }
+    const std::int64_t at = r * g.ldc;
+    if (g.c_dtype == DType::f32) {
+      float* c = static_cast<float*>(g.c) + at;
+      for (std::int64_t j = 0; j < n; ++j) c[j] = g.alpha * acc[j] + (g.beta == 0.0f ? 0.0f : g.beta * c[j]);
+      continue;
+    }
+    if (g.c_dtype == DType::bf16) {
+      bf16* c = static_cast<bf16*>(g.c) + at;
+      for (std::int64_t j = 0; j < n; ++j) acc[j] = g.alpha * acc[j] + (g.beta == 0.0f ? 0.0f : g.beta * c[j].to_f32());
+      detail::cast_f32_to_bf16(c, acc, n);
+    } else {
+      f16* c = static_cast<f16*>(g.c) + at;
+      for (std::int64_t j = 0; j < n; ++j) acc[j] = g.alpha * acc[j] + (g.beta == 0.0f ? 0.0f : g.beta * c[j].to_f32());
+      detail::cast_f32_to_f16(c, acc, n);
+    }
+  }
+}
+
+// Whether to cut K rather than rows. A row block packs all of B for its few rows, so with T threads B
+// is packed T times; K slices pack each part of B once but add T f32 partials of C afterwards, which
+// pays when K is long against the rows per thread. Measured on Zen 5, bf16 on oneDNN, 2 threads, GFLOPS
+// for rows / K slices (oneDNN's own 2-thread partition): 256 x 1024 x 4096 604-688 / 665-727
+// (676-750), 128 x 1024 x 4096 566 / 637 (629), 1024 x 1024 x 4096 663 / 705 (660), 1024 x 1024 x 8192
+// 701 / 774 (705), 512 x 2048 x 8192 655 / 742 (665); with K 2048 and less the slices lost (256 x 1024
+// x 2048 712 / 673, 256 x 4096 x 1024 608 / 578). The widened path (f32 copies of each block's
+// operands) gains likewise: 256 x 1024 x 4096 268-276 -> 321-354 GFLOPS. Not taken for f32 (oneDNN's
+// jit sgemm on a strided slice is slower than its brgemm) nor with AMX (whose kernels need dense
+// operands, so each A slice would be copied; not measured). The partials are capped at 16 MiB.
+bool cut_k_pays(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t threads) {
+  if (threads < 2) return false;
+  const double partial_floats = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(threads);
+  return k >= 4096 && k >= 8 * (m / threads) && partial_floats <= 4.0 * 1024 * 1024;
+}
+
+// Runs g as one block, or (may_split) cut into blocks over lmcore's pool: K slices when may_cut_k and
+// cut_k_pays, else rows on multiples of 16 (AMX tiles hold 16 rows) or, for short wide products,
+// columns on multiples of 64. Each block keeps at least ~2M multiply-adds so a pool wake-up stays a
+// small fraction.
 template <typename RunBlock>
-void run_cut(const Gemm& g, RunBlock run_block, bool may_split) {
+void run_cut(const Gemm& g, RunBlock run_block, bool may_split, bool may_cut_k) {
   const std::int64_t m = g.m, n = g.n, k = g.k;
   const std::int64_t threads = may_split ? num_threads() : 1;
   constexpr double kMinBlockMacs = 2.0 * 1024 * 1024;
   const double macs = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   const std::int64_t by_work = static_cast<std::int64_t>(macs / kMinBlockMacs);
+  if (may_cut_k && by_work >= threads && cut_k_pays(m, n, k, threads)) {
+    const std::int64_t parts = threads;
+    auto* partials = static_cast<float*>(
+        thread_buffers().partials.get(static_cast<std::size_t>(parts * m * n) * sizeof(float)));
+    parallel_for(0, parts, 1, [&](std::int64_t p0, std::int64_t p1) {
+      for (std::int64_t p = p0; p < p1; ++p) {
+        const std::int64_t lo = p == 0 ? 0 : k * p / parts / 64 * 64;
+        const std::int64_t hi = p + 1 == parts ? k : k * (p + 1) / parts / 64 * 64;
+        run_block(k_slice(g, lo, hi, partials + p * m * n));
+      }
+    });
+    parallel_for(0, m, std::max<std::int64_t>(1, m / threads), [&](std::int64_t r0, std::int64_t r1) {
+      thread_local std::vector<float> row;
+      add_partials(g, partials, parts, r0, r1, row);
+    });
+    return;
+  }
   const bool by_rows = m >= 64 * std::min<std::int64_t>(threads, 2) || m >= n;
   const std::int64_t extent = by_rows ? m : n, align = by_rows ? 16 : 64;
   const std::int64_t parts = std::max<std::int64_t>(1, std::min({threads, by_work, extent / align}));
@@ -503,8 +588,8 @@ void gemm_lowp(DType ab, DType c_dtype, bool trans_a, bool trans_b, std::int64_t
   const bool onednn = lowp_gemm_path(ab) == LowpGemmPath::onednn;
   const std::optional<BlasSingleThreaded> blas_guard =
       onednn ? std::nullopt : std::optional<BlasSingleThreaded>(std::in_place);
-  if (onednn) run_cut(g, run_onednn_block, !in_parallel_region());
-  else run_cut(g, run_widened_block, !in_parallel_region());
+  if (onednn) run_cut(g, run_onednn_block, !in_parallel_region(), !isa_includes(dnnl::cpu_isa::avx512_core_amx));
+  else run_cut(g, run_widened_block, !in_parallel_region(), true);
 }
 
 void gemm_f32_onednn(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
@@ -516,7 +601,7 @@ void gemm_f32_onednn(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
     scale_c(DType::f32, m, n, beta, c, ldc);
     return;
   }
-  run_cut(g, run_onednn_block, may_split);
+  run_cut(g, run_onednn_block, may_split, false);
 }
 
 bool onednn_has_avx512() { return env_allows_onednn() && isa_includes(dnnl::cpu_isa::avx512_core); }

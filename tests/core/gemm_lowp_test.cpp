@@ -184,6 +184,26 @@ TEST(GemmLowp, ThreadedCutByRowsAndByColumns) {
   set_num_threads(saved);
 }
 
+// Long K against few rows per thread: the threads take slices of K into f32 partials and then add
+// them into C (alpha, beta and the rounding to C's dtype applied once, after the sum). On the widened
+// path always; on oneDNN where the CPU has no AMX (see cut_k_pays).
+TEST(GemmLowp, ThreadedCutByK) {
+  const int saved = num_threads();
+  std::uint32_t seed = 7000;
+  for (int threads : {2, 3}) {
+    set_num_threads(threads);
+    on_both_paths([&](bool) {
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          check_case({DType::bf16, DType::bf16, ta, tb, 40, 70, 4100, 1.0f, 1.0f, 3}, seed += 3);
+          check_case({DType::bf16, DType::f32, ta, tb, 33, 64, 4096, 0.25f, 0.0f, 0}, seed += 3);
+          check_case({DType::f16, DType::f16, ta, tb, 48, 17, 4160, 1.0f, 0.5f, 1}, seed += 3);
+        }
+    });
+  }
+  set_num_threads(saved);
+}
+
 TEST(GemmLowp, TilesFromInsideParallelForAndFromManyThreads) {
   // Tiles of one product, each from a pool worker (single-threaded inside): C = A @ B^T.
   const std::int64_t tiles = 8, m = 48, n = 40, k = 64;
