@@ -2,12 +2,11 @@
 // indices per row, and transpose them for the backward pass. See lmcore/attention/block_mask.h.
 #include "lmcore/attention/block_mask.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <vector>
 
 #include "lmcore/core/parallel.h"
+#include "lmcore/core/runtime_info.h"
 
 namespace lmcore::attention {
 
@@ -142,8 +141,7 @@ void check_fits(const char* op, std::int64_t batch, std::int64_t heads, std::int
   const bool overflow = __builtin_mul_overflow(static_cast<std::uint64_t>(batch), static_cast<std::uint64_t>(heads), &groups) ||
                         __builtin_mul_overflow(groups, static_cast<std::uint64_t>(std::max<std::int64_t>(1, nq + nk)), &rows) ||
                         __builtin_mul_overflow(rows, kRowBytes, &bytes);
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-  const std::uint64_t memory = pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
+  const std::uint64_t memory = physical_memory_bytes();
   if (overflow || (memory > 0 && bytes > memory))
     fail("{}: batch {} x heads {} x ({} query + {} key blocks) needs {} for its block lists, more than this machine's "
          "{:.1f} GiB; use a smaller batch or heads, or a mask_mod that ignores b and h (built once and broadcast)",

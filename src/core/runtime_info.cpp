@@ -1,5 +1,7 @@
 #include "lmcore/core/runtime_info.h"
 
+#include <unistd.h>
+
 #include <cstdint>
 
 #include <fmt/format.h>
@@ -37,5 +39,10 @@ std::string simd_supported_targets() {
 std::string blas_info() { return fmt::format("{} (core {})", openblas_get_config(), openblas_get_corename()); }
 
 int blas_num_threads() { return openblas_get_num_threads(); }
+
+std::uint64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
+}
 
 }  // namespace lmcore

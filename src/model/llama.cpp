@@ -12,6 +12,7 @@
 #include "lmcore/codegen/model_kernels.h"
 #include "lmcore/core/allocator.h"
 #include "lmcore/core/error.h"
+#include "lmcore/core/runtime_info.h"
 #include "lmcore/loss/cross_entropy.h"
 #include "lmcore/loss/linear_cross_entropy.h"
 #include "src/model/gemm.h"
@@ -65,7 +66,8 @@ Llama::Llama(const ModelConfig& config, const ModelOptions& options)
   Impl& m = *impl_;
   m.B = options_.batch;
   m.T = options_.seq_len;
-  m.N = m.B * m.T;
+  LMCORE_CHECK(!__builtin_mul_overflow(m.B, m.T, &m.N), "Llama: batch {} x seq_len {} tokens overflows 64 bits", m.B,
+               m.T);
   m.C = config_.dim;
   m.Hq = config_.n_heads;
   m.Hkv = config_.n_kv_heads;
@@ -77,35 +79,25 @@ Llama::Llama(const ModelConfig& config, const ModelOptions& options)
   m.L = config_.n_layers;
   m.ct = options_.compute;
   m.cs = dtype_size(m.ct);
-  m.rope = RopeTable::make(m.T, m.hd, config_.rope_theta);
-  if (options_.codegen && m.f32()) {
-    const auto o = codegen::Options::from_env();
-    const float eps = static_cast<float>(config_.norm_eps);
-    codegen::ModelShapes shapes;
-    shapes.dim = m.C;
-    shapes.ffn_dim = m.F;
-    shapes.q_dim = m.Q;
-    shapes.qkv_dim = m.QKV;
-    shapes.tokens = m.N;
-    shapes.eps = eps;
-    const codegen::ModelGemms g = codegen::model_gemms(shapes);
-    auto gemm = [&](const codegen::GemmSpec& spec) { return codegen::GemmKernel::get(spec, m.N, o); };
-    m.cg = std::make_unique<Impl::Codegen>(Impl::Codegen{
-        codegen::RmsNormKernel::get({m.C, eps}, o), gemm(g.gate_up), gemm(g.down), gemm(g.down_dinput_dswiglu),
-        gemm(g.qkv), gemm(g.o_proj), gemm(g.gate_up_dinput), gemm(g.o_dinput), gemm(g.qkv_dinput)});
-  }
-  if (config_.mask == AttentionMask::causal)
-    m.mask = attention::create_block_mask(MaskMod::causal(), 1, 1, m.T, m.T);
-  else if (config_.mask == AttentionMask::sliding_window)
-    m.mask = attention::create_block_mask(MaskMod::sliding_window(config_.sliding_window), 1, 1, m.T, m.T);
-
-  if (options_.own_parameters) {
-    params_ = Tensor::zeros({layout_.size()}, DType::f32);
-    grads_ = Tensor::zeros({layout_.size()}, DType::f32);
-    m.local = std::make_unique<LocalAccess>(layout_, params_, grads_, m.ct);
-  }
-  m.access = m.local.get();
-  m.root_f32 = m.local != nullptr && !m.f32();
+  // Fail with the sizes, before anything is allocated, when the activations cannot fit (a careless
+  // --seq-len would otherwise fill the RoPE table and the arena until the kernel kills the process).
+  // The block inputs alone take N x C f32 per layer; the full plan is checked below.
+  const std::uint64_t memory = physical_memory_bytes();
+  auto check_memory = [&](double activations) {
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    const double rope = 2.0 * static_cast<double>(m.T) * static_cast<double>(m.hd / 2) * 4.0;
+    const double own = options_.own_parameters ? 2.0 * static_cast<double>(layout_.size()) * 4.0 : 0.0;
+    const double need = activations + rope + own;
+    LMCORE_CHECK(memory == 0 || need <= static_cast<double>(memory),
+                 "Llama: batch {} x seq_len {} ({} tokens) needs {:.1f} GiB (activations {:.1f}, RoPE table {:.1f}, "
+                 "parameters and gradients {:.1f}), more than this machine's {:.1f} GiB of memory; lower the batch size "
+                 "or the sequence length{}",
+                 m.B, m.T, static_cast<double>(m.B) * static_cast<double>(m.T), need / gib, activations / gib,
+                 rope / gib, own / gib, static_cast<double>(memory) / gib,
+                 options_.recompute ? "" : ", or recompute the activations in the backward (--recompute)");
+  };
+  check_memory(static_cast<double>(m.B) * static_cast<double>(m.T) * static_cast<double>(m.C) * 4.0 *
+               static_cast<double>(m.L));
 
   // ---- plan the arena: every buffer 64-byte aligned ----
   const std::int64_t N = m.N, C = m.C;
@@ -119,7 +111,7 @@ Llama::Llama(const ModelConfig& config, const ModelOptions& options)
   auto f32buf = [&](float** p, std::int64_t n) { plan.push_back({reinterpret_cast<void**>(p), static_cast<std::size_t>(n) * 4}); };
   auto ctbuf = [&](void** p, std::int64_t n) { plan.push_back({p, static_cast<std::size_t>(n) * m.cs}); };
   m.blocks.resize(static_cast<std::size_t>(m.L));
-  m.keep_a = m.cg != nullptr;
+  m.keep_a = options_.codegen && m.f32();  // m.cg below is made exactly then
   m.keep_gu = m.keep_a || options_.keep_gate_up.value_or(keep_gate_up_rule(config_));
   m.recompute = options_.recompute;
   BlockActs shared;  // x_mid, h1 = h2, gu, a (recomputed in the backward); with recompute, all but x_in
@@ -170,6 +162,37 @@ Llama::Llama(const ModelConfig& config, const ModelOptions& options)
   std::size_t total = 0;
   for (auto& [p, bytes] : plan) total += (bytes + 63) / 64 * 64;
   m.arena_bytes = total;
+  check_memory(static_cast<double>(total));
+
+  m.rope = RopeTable::make(m.T, m.hd, config_.rope_theta);
+  if (options_.codegen && m.f32()) {
+    const auto o = codegen::Options::from_env();
+    const float eps = static_cast<float>(config_.norm_eps);
+    codegen::ModelShapes shapes;
+    shapes.dim = m.C;
+    shapes.ffn_dim = m.F;
+    shapes.q_dim = m.Q;
+    shapes.qkv_dim = m.QKV;
+    shapes.tokens = m.N;
+    shapes.eps = eps;
+    const codegen::ModelGemms g = codegen::model_gemms(shapes);
+    auto gemm = [&](const codegen::GemmSpec& spec) { return codegen::GemmKernel::get(spec, m.N, o); };
+    m.cg = std::make_unique<Impl::Codegen>(Impl::Codegen{
+        codegen::RmsNormKernel::get({m.C, eps}, o), gemm(g.gate_up), gemm(g.down), gemm(g.down_dinput_dswiglu),
+        gemm(g.qkv), gemm(g.o_proj), gemm(g.gate_up_dinput), gemm(g.o_dinput), gemm(g.qkv_dinput)});
+  }
+  if (config_.mask == AttentionMask::causal)
+    m.mask = attention::create_block_mask(MaskMod::causal(), 1, 1, m.T, m.T);
+  else if (config_.mask == AttentionMask::sliding_window)
+    m.mask = attention::create_block_mask(MaskMod::sliding_window(config_.sliding_window), 1, 1, m.T, m.T);
+
+  if (options_.own_parameters) {
+    params_ = Tensor::zeros({layout_.size()}, DType::f32);
+    grads_ = Tensor::zeros({layout_.size()}, DType::f32);
+    m.local = std::make_unique<LocalAccess>(layout_, params_, grads_, m.ct);
+  }
+  m.access = m.local.get();
+  m.root_f32 = m.local != nullptr && !m.f32();
   m.arena = Storage::allocate(std::max<std::size_t>(total, 64));
   std::size_t off = 0;
   for (auto& [p, bytes] : plan) {

@@ -6,8 +6,11 @@
 #include <cmath>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "lmcore/core/allocator.h"
 #include "lmcore/core/error.h"
+#include "lmcore/core/runtime_info.h"
 #include "lmcore/loss/linear_cross_entropy.h"
 #include "lmcore/model/config.h"
 #include "lmcore/model/generate.h"
@@ -205,6 +208,28 @@ TEST(Llama, RejectsBadTokensAndShapes) {
   x[2] = 5;
   y[3] = -1;
   EXPECT_NE(error_of([&] { m.forward_backward(x.data(), y.data(), 1.0f); }).find("target token -1 at position 3"),
+            std::string::npos);
+}
+
+// A batch x seq_len whose activations cannot fit in this machine's memory is refused with the sizes
+// before anything is allocated: once on the block inputs alone (N x C f32 per layer), and once on the
+// whole arena plan (here ~12x that), for sizes whose block inputs alone would fit.
+TEST(Llama, RefusesActivationsBeyondThisMachinesMemoryBeforeAllocating) {
+  const std::uint64_t memory = physical_memory_bytes();
+  if (memory == 0) GTEST_SKIP() << "the system does not report its physical memory";
+  ModelConfig c = small_config();
+  c.max_seq_len = 1 << 20;
+  const std::int64_t before = current_bytes();
+  const std::string huge = error_of([&] { Llama m(c, {.batch = std::int64_t{1} << 40, .seq_len = 1 << 20}); });
+  EXPECT_NE(huge.find("Llama: batch 1099511627776 x seq_len 1048576"), std::string::npos) << huge;
+  EXPECT_NE(huge.find("GiB of memory"), std::string::npos) << huge;
+  // Block inputs: 2 layers x 32 x 4 bytes = 256 bytes a token; 300 bytes of memory a token fits them.
+  const auto batch = static_cast<std::int64_t>(memory / 300 / (1 << 20));
+  ASSERT_GE(batch, 1);
+  const std::string plan = error_of([&] { Llama m(c, {.batch = batch, .seq_len = 1 << 20}); });
+  EXPECT_NE(plan.find(fmt::format("batch {} x seq_len 1048576", batch)), std::string::npos) << plan;
+  EXPECT_EQ(current_bytes(), before);
+  EXPECT_NE(error_of([&] { Llama m(c, {.batch = std::int64_t{1} << 62, .seq_len = 4}); }).find("overflows 64 bits"),
             std::string::npos);
 }
 

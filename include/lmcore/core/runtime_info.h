@@ -1,6 +1,7 @@
-// lmcore/core/runtime_info.h — what this process runs on: SIMD target, BLAS library and threads.
+// lmcore/core/runtime_info.h — what this process runs on: SIMD target, BLAS library and threads, memory.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace lmcore {
@@ -13,5 +14,8 @@ std::string simd_supported_targets();
 std::string blas_info();
 // Threads the BLAS library uses.
 int blas_num_threads();
+// This machine's physical memory in bytes, or 0 when the system does not say. Planners compare their
+// needs against it to refuse, with the sizes, what could only end in the out-of-memory killer.
+std::uint64_t physical_memory_bytes();
 
 }  // namespace lmcore
