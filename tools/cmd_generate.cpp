@@ -40,7 +40,7 @@ int run_generate(int argc, char** argv) {
   app.add_option("--checkpoint", checkpoint, "checkpoint folder, or run folder (its newest checkpoint)")->required();
   app.add_option("--prompt", prompt, "text to continue (tokenized with the checkpoint's tokenizer)");
   app.add_option("--prompt-ids", prompt_ids, "token ids to continue, separated by spaces (instead of --prompt)");
-  app.add_option("--max-tokens", o.max_tokens, "tokens to sample")->capture_default_str();
+  app.add_option("--max-tokens", o.max_tokens, "tokens to sample")->check(cli::non_negative())->capture_default_str();
   app.add_option("--temperature", o.temperature, "softmax temperature (0: greedy)")->capture_default_str();
   app.add_option("--top-k", o.top_k, "sample among the k most likely tokens (0: all)")->capture_default_str();
   app.add_option("--seed", o.seed, "seed of the sampling")->capture_default_str();
@@ -76,7 +76,12 @@ int run_generate(int argc, char** argv) {
       }
     }
     LMCORE_CHECK(!ids.empty(), "nothing to continue: give --prompt or --prompt-ids");
-    model::Generator g(m.config, m.params);
+    // The cache holds the prompt and the tokens to sample, not every position the config allows.
+    const std::int64_t limit = m.config.max_seq_len, prompt_len = static_cast<std::int64_t>(ids.size());
+    LMCORE_CHECK(prompt_len <= limit, "the prompt has {} tokens, more than the model's max_position_embeddings {}",
+                 prompt_len, limit);
+    const std::int64_t sampled = std::clamp<std::int64_t>(o.max_tokens, 0, limit - std::min(prompt_len, limit));
+    model::Generator g(m.config, m.params, std::min(limit, prompt_len + sampled));
     fmt::print("{}", prompt);
     std::fflush(stdout);
     g.generate(ids, o, [&](std::int32_t t) {

@@ -8,6 +8,7 @@
 
 #include "lmcore/core/error.h"
 #include "lmcore/core/matmul.h"
+#include "lmcore/core/runtime_info.h"
 
 namespace lmcore::model {
 
@@ -33,6 +34,16 @@ Generator::Generator(const ModelConfig& config, const Tensor& params, std::int64
                "Generator: expected flat f32 parameters of {} elements, found {}", layout_.size(), params.describe());
   LMCORE_CHECK(max_len_ >= 1 && max_len_ <= config.max_seq_len,
                "Generator: max_len must be in [1, max_position_embeddings = {}], found {}", config.max_seq_len, max_len_);
+  // The KV cache and the RoPE table grow with max_len: refuse, with the sizes, what cannot fit here
+  // (a config.json may claim any max_position_embeddings) rather than die in the allocator.
+  const double cache_bytes = 2.0 * static_cast<double>(config.n_layers) * static_cast<double>(max_len_) *
+                             static_cast<double>(config.kv_dim()) * 4.0;
+  const double rope_bytes = static_cast<double>(max_len_) * static_cast<double>(config.head_dim()) * 4.0;
+  const std::uint64_t memory = physical_memory_bytes();
+  LMCORE_CHECK(memory == 0 || cache_bytes + rope_bytes <= static_cast<double>(memory),
+               "Generator: a KV cache of {} positions needs {:.1f} GiB (and the RoPE table {:.1f} GiB), more than this "
+               "machine's {:.1f} GiB of memory; generate a shorter sequence",
+               max_len_, cache_bytes / (1 << 30), rope_bytes / (1 << 30), static_cast<double>(memory) / (1 << 30));
   rope_ = RopeTable::make(max_len_, config.head_dim(), config.rope_theta);
   const std::size_t cache = static_cast<std::size_t>(config.n_layers * max_len_ * config.kv_dim());
   k_cache_.resize(cache);
