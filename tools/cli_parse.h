@@ -8,15 +8,62 @@
 //   LMCORE_PARSE_ARGS(app, argc, argv);   // returns 0 or 2 from the command when it must stop
 #pragma once
 
+#include <cerrno>
+#include <cstdlib>
 #include <optional>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
 namespace lmcore::cli {
 
+// CLI11 2.1 reads integers with strtoll / strtoull, which saturate and wrap: "--max-steps
+// 99999999999999999999" became 2^63 - 1 and "--seed -1" 2^64 - 1 without a word. This check, put
+// first on every integer option, refuses both.
+inline CLI::Validator fits_integer(bool is_unsigned) {
+  return CLI::Validator(
+      [is_unsigned](std::string& text) -> std::string {
+        const char* s = text.c_str();
+        while (*s == ' ' || *s == '\t') ++s;
+        if (is_unsigned && *s == '-') return "expected a non-negative integer, found " + text;
+        errno = 0;
+        char* end = nullptr;
+        if (is_unsigned) (void)std::strtoull(s, &end, 0);
+        else (void)std::strtoll(s, &end, 0);
+        if (errno == ERANGE) return "value " + text + " does not fit a 64-bit integer";
+        return "";  // malformed text is CLI11's to report
+      },
+      "");
+}
+
+inline void check_integer_options(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options()) {
+    const std::string type = opt->get_type_name();
+    if (type.rfind("INT", 0) == 0) opt->check(fits_integer(false));
+    else if (type.rfind("UINT", 0) == 0) opt->check(fits_integer(true));
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) check_integer_options(*sub);
+}
+
+// Bounds whose messages people can read (CLI11 2.1's PositiveNumber and NonNegativeNumber print a
+// range up to DBL_MAX in full).
+inline CLI::Validator at_least(double lowest, const char* what) {
+  return CLI::Validator(
+      [lowest, what](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (end == text.c_str()) return "";  // not a number: CLI11 reports it
+        return v >= lowest ? "" : std::string("expected ") + what + ", found " + text;
+      },
+      "");
+}
+inline CLI::Validator positive() { return at_least(1e-300, "a positive number"); }
+inline CLI::Validator non_negative() { return at_least(0.0, "a number >= 0"); }
+
 // The exit code when the command must stop after parsing (0: help or version printed; 2: usage
 // error), or nullopt to go on.
 inline std::optional<int> parse_args(CLI::App& app, int argc, const char* const* argv) {
+  check_integer_options(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

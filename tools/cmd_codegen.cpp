@@ -124,14 +124,14 @@ int run_codegen(int argc, char** argv) {
   warm_cmd->add_option("--config", config, "model config.json (empty: the trainer's built-in default model)")
       ->capture_default_str();
   warm_cmd->add_option("--batch-size", batch, "sequences per micro-batch (the GEMMs' rows are batch x seq)")
-      ->check(CLI::PositiveNumber)
+      ->check(cli::positive())
       ->capture_default_str();
-  warm_cmd->add_option("--seq-len", seq, "tokens per sequence")->check(CLI::PositiveNumber)->capture_default_str();
+  warm_cmd->add_option("--seq-len", seq, "tokens per sequence")->check(cli::positive())->capture_default_str();
   warm_cmd->add_option("--dtype", dtype, "activation dtype: f32 | bf16")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
   warm_cmd->add_option("--workers", o.workers, "parallel compiles (LMCORE_COMPILE_WORKERS; default the core count)")
-      ->check(CLI::PositiveNumber)
+      ->check(cli::positive())
       ->capture_default_str();
   warm_cmd->add_option("--compiler", o.compiler, "C++ compiler (LMCORE_CXX; empty: c++ on PATH)")->capture_default_str();
   warm_cmd->add_flag("--quiet", quiet, "no progress bar");

@@ -30,7 +30,7 @@ int run_launch(int argc, char** argv) {
   app.add_option("--nnodes", o.nnodes, "machines")->capture_default_str()->check(CLI::Range(1, 4096));
   app.add_option("--node-rank", o.node_rank, "this machine's index in [0, nnodes)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(cli::non_negative());
   app.add_option("--store", o.store, "file:///dir or redis://host:port (default: a fresh file store, removed at the end)");
   app.add_flag("--keep-going", o.keep_going, "do not stop the other ranks when one fails (default: stop them)");
   app.add_option("--restart-failed", o.restart_failed,

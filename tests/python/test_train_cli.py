@@ -75,3 +75,22 @@ def test_keep_gate_up_option_reaches_the_model(tmp_path):
         events = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         runs[mode] = [e["loss"] for e in events if e["event"] == "step"]
     assert len(runs["auto"]) == STEPS and runs["auto"] == runs["off"] == runs["on"]
+
+
+def test_sizes_past_the_machine_are_refused_at_start_up(tmp_path):
+    """Integers past 64 bits and a negative unsigned seed are usage errors (CLI11 alone clamped them
+    silently to 2^63 - 1 and wrapped them to 2^64 - 1); a batch whose activations cannot fit in this
+    machine's memory fails at once with the sizes, before anything is allocated, instead of filling
+    the memory until the kernel kills the process."""
+    r = run_cli("train", "--max-steps", "99999999999999999999", check=False)
+    assert r.returncode == 2 and "--max-steps: value 99999999999999999999 does not fit a 64-bit integer" in r.stderr
+    r = run_cli("train", "--seed", "-1", check=False)
+    assert r.returncode == 2 and "--seed: expected a non-negative integer, found -1" in r.stderr
+    r = run_cli("generate", "--checkpoint", tmp_path, "--max-tokens", "-3", check=False)
+    assert r.returncode == 2 and "--max-tokens: expected a number >= 0, found -3" in r.stderr
+    cfg = tmp_path / "long.json"
+    cfg.write_text(json.dumps(dict(TINY, max_position_embeddings=1 << 30)))
+    r = run_cli("train", "--config", cfg, "--seq-len", 1 << 30, "--max-steps", 1, "--quiet", "--out",
+                tmp_path / "run", check=False)
+    assert r.returncode == 1, r.stderr
+    assert "batch 8 x seq_len 1073741824" in r.stderr and "GiB of memory" in r.stderr, r.stderr
