@@ -30,6 +30,8 @@ double Progress::elapsed() const {
 
 std::string Progress::format_duration(double s) {
   if (!std::isfinite(s) || s < 0) return "?";
+  // Past 100 days in days, in floating point: an ETA for --max-steps 2^63 - 1 overflowed llround.
+  if (s >= 100 * 86400.0) return fmt::format("{:.0f}d", s / 86400);
   const auto t = static_cast<std::int64_t>(std::llround(s));
   if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t % 3600) / 60);
   if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
