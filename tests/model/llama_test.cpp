@@ -179,6 +179,21 @@ TEST(Generator, SamplingRules) {
             std::string::npos);
 }
 
+// A config may claim any max_position_embeddings: a cache that cannot fit here is refused with its
+// sizes (it was a bare std::bad_alloc), and one of a few positions is fine whatever the config says.
+TEST(Generator, RefusesACacheBeyondThisMachinesMemory) {
+  ModelConfig c = small_config();
+  Llama m(c, {.batch = 1, .seq_len = 8});
+  m.init_weights(1);
+  c.max_seq_len = std::int64_t{1} << 40;
+  const std::string e = error_of([&] { Generator g(c, m.params()); });
+  EXPECT_NE(e.find("Generator: a KV cache of 1099511627776 positions needs"), std::string::npos) << e;
+  Generator g(c, m.params(), 16);
+  SampleOptions o;
+  o.max_tokens = 4;
+  EXPECT_EQ(g.generate({1, 2}, o).size(), 4u);
+}
+
 TEST(Generator, StopsAtEosAndAtTheEndOfTheCache) {
   ModelConfig c = small_config();
   Llama m(c, {.batch = 1, .seq_len = 8});
