@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "lmcore/base/atomic_file.h"
 #include "lmcore/core/error.h"
 #include "lmcore/core/parallel.h"
 #include "lmcore/text/tokenizer.h"
@@ -76,6 +77,7 @@ int run_tokenizer(int argc, char** argv) {
       if (threads > 0) set_num_threads(threads);
       o.special_tokens = specials;
       o.progress = quiet ? nullptr : stderr;
+      base::check_can_create(out, "tokenizer train --out");  // before the training, not after it
       text::BpeTrainStats st;
       const text::Tokenizer t = text::train_bpe(files, o, &st);
       t.save(out);

@@ -163,6 +163,18 @@ void check_replaceable(const std::string& path, std::string_view what) {
   fail("{}'{}' is {}, not a regular file; refusing to replace it", prefix(what), path, file_type_name(st.st_mode));
 }
 
+void check_can_create(const std::string& path, std::string_view what) {
+  check_replaceable(path, what);
+  const std::string dir = split(path).dir;
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0)
+    fail("{}cannot write '{}': its directory '{}': {}", prefix(what), path, dir, errno_text(errno));
+  if (!S_ISDIR(st.st_mode))
+    fail("{}cannot write '{}': '{}' is {}, not a directory", prefix(what), path, dir, file_type_name(st.st_mode));
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    fail("{}cannot write '{}': its directory '{}': {}", prefix(what), path, dir, errno_text(errno));
+}
+
 std::size_t sweep_stale_temporaries(const std::string& path) {
   const SplitPath sp = split(path);
   const std::string head = fmt::format("{}.tmp.", sp.name);

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "lmcore/base/atomic_file.h"
 #include "lmcore/io/safetensors.h"
 #include "lmcore/io/torch_format.h"
 
@@ -32,7 +33,9 @@ ConvertResult convert(const std::string& in, const std::string& out, const Conve
   LMCORE_CHECK(to == Format::safetensors || to == Format::torch_zip,
                "convert: cannot write {}, expected safetensors or pytorch-zip", format_name(to));
 
-  // 1. Read IN, checking every CRC (every byte is read anyway).
+  // 1. Read IN, checking every CRC (every byte is read anyway), once OUT is known to be writable: a
+  // typo in its directory should not cost a read of a large checkpoint.
+  base::check_can_create(out, "convert");
   LoadOptions verify;
   verify.verify_crc = true;
   const LoadResult src = load(in, verify);

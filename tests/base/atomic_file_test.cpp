@@ -136,6 +136,25 @@ TEST(AtomicFile, MissingDirectoryIsNamed) {
             "save: cannot create a temporary file next to '" + dest + "': No such file or directory");
 }
 
+// check_can_create, run before long work, refuses what the AtomicFile at the end would refuse, and
+// creates nothing.
+TEST(AtomicFile, CheckCanCreateBeforeTheWork) {
+  TempDir dir;
+  EXPECT_NO_THROW(check_can_create(dir.file("new.json"), "train"));
+  spit(dir.file("old.json"), "x");
+  EXPECT_NO_THROW(check_can_create(dir.file("old.json"), "train"));
+  const std::string missing = dir.file("no/such/out.json");
+  EXPECT_EQ(error_of([&] { check_can_create(missing, "train"); }),
+            "train: cannot write '" + missing + "': its directory '" + dir.file("no/such") +
+                "': No such file or directory");
+  EXPECT_EQ(error_of([&] { check_can_create(dir.path(), "train"); }),
+            "train: '" + dir.path() + "' is a directory, not a regular file; refusing to replace it");
+  const std::string under_file = dir.file("old.json/out.json");
+  EXPECT_EQ(error_of([&] { check_can_create(under_file, "train"); }),
+            "train: cannot check '" + under_file + "': Not a directory");
+  EXPECT_EQ(dir.names(), std::vector<std::string>{"old.json"});
+}
+
 // A child process that opens an AtomicFile for `dest`, writes `bytes` to it and waits to be signalled;
 // returns once the temporary exists.
 struct StalledWriter {

@@ -491,6 +491,11 @@ def test_cli_train_tokenize_encode_decode(corpus, tmp_path):
     assert bad.returncode == 1 and b"found 'x3'" in bad.stderr
     usage = run_cli("tokenizer", "train", "--out", tj, check=False)
     assert usage.returncode == 2
+    # An --out whose folder does not exist is refused before the training, with the folder named.
+    r = run_cli("tokenizer", "train", "--vocab-size", "1200", "--out", tmp_path / "no" / "tok.json", *files,
+                check=False)
+    assert r.returncode == 1 and f"its directory '{tmp_path / 'no'}': No such file or directory" in r.stderr
+    assert "tokenizer train: count" not in r.stderr  # no progress line: nothing was trained
     assert run_cli("tokenizer", "--help").returncode == 0
 
 

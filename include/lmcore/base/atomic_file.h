@@ -93,4 +93,9 @@ std::size_t sweep_stale_temporaries(const std::string& path);
 // lmcore::Error "<what>: '<path>' is a FIFO, not a regular file; refusing to replace it".
 void check_replaceable(const std::string& path, std::string_view what);
 
+// Before long work whose result goes to `path` (training a tokenizer, converting a large checkpoint):
+// check_replaceable, and the directory AtomicFile would create its temporary in exists, is a
+// directory and is writable, so that a typo in the output path costs nothing. Throws lmcore::Error.
+void check_can_create(const std::string& path, std::string_view what);
+
 }  // namespace lmcore::base
