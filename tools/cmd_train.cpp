@@ -20,7 +20,9 @@ int run_train(int argc, char** argv) {
   app.add_option("--data", o.data, "glob of llm.c token shards for training; default: the built-in corpus");
   app.add_option("--val-data", o.val_data, "glob of validation shards; default: --data with 'train' -> 'val'");
   app.add_option("--tokenizer", o.tokenizer, "tokenizer.json to store with checkpoints; default: next to the data");
-  app.add_option("--out", o.out, "run folder (checkpoints, metrics.jsonl, report.html)")->capture_default_str();
+  app.add_option("--out", o.out,
+                 "run folder (checkpoints, metrics.jsonl, report.html); default: with --resume the resumed run's "
+                 "folder, else runs/default, or runs/default-2, -3, ... when it holds an earlier run");
   app.add_option("--max-steps", o.max_steps, "optimizer steps (0: from --time-budget, else 1000)")
       ->capture_default_str();
   app.add_option("--time-budget", o.time_budget,
@@ -130,12 +132,18 @@ int run_train(int argc, char** argv) {
     if (r.rank != 0) return r.interrupted ? 130 : 0;  // rank 0 speaks for the run
     if (r.interrupted) {
       fmt::print(stderr, "lmcore train: stopped at step {}; checkpoint {} (continue with --resume {})\n", r.steps_done,
-                 r.last_checkpoint, o.out);
+                 r.last_checkpoint, r.run_folder);
       return 130;
+    }
+    if (r.steps_this_run == 0) {
+      fmt::print("step {}: nothing to train, the checkpoint is at --max-steps already (raise it to go on)\n",
+                 r.steps_done);
+      fmt::print("checkpoint: {}\nreport: {}/report.html\n", r.last_checkpoint, r.run_folder);
+      return 0;
     }
     fmt::print("step {}: train loss {:.4f}, validation loss {:.4f}, {:.0f} tokens/s, MFU {:.1f}%\n", r.steps_done,
                r.final_loss, r.final_val_loss, r.tokens_per_s, r.mfu * 100);
-    fmt::print("checkpoint: {}\nreport: {}/report.html\n", r.last_checkpoint, o.out);
+    fmt::print("checkpoint: {}\nreport: {}/report.html\n", r.last_checkpoint, r.run_folder);
     return 0;
   } catch (const train::TrainingDiverged& e) {
     fmt::print(stderr, "lmcore train: {}\n", e.what());

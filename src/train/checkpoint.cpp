@@ -443,6 +443,15 @@ std::string resolve_checkpoint(const std::string& path) {
   fail("'{}' is neither a checkpoint folder nor a run folder with checkpoints (checkpoints/step_XXXXXXXX)", path);
 }
 
+std::string run_folder_of(const std::string& checkpoint_dir) {
+  fs::path p = fs::path(checkpoint_dir);
+  if (!p.has_filename()) p = p.parent_path();  // a trailing '/'
+  const fs::path parent = p.parent_path();
+  if (parent.filename() != "checkpoints" || !is_step_name(p.filename().string())) return "";
+  const std::string run = parent.parent_path().string();
+  return run.empty() ? "." : run;
+}
+
 void prune_checkpoints(const std::string& parent, int keep) {
   LMCORE_CHECK(keep >= 1, "prune_checkpoints: keep must be >= 1, found {}", keep);
   const auto all = list_checkpoints(parent);

@@ -123,6 +123,28 @@ std::string detail::LocalEngine::first_nonfinite_gradient() {
   return "";
 }
 
+// TrainOptions::out, resolved (see there). Elastic runs keep theirs: restarted ranks rejoin the run in
+// its folder with the same command line.
+std::string choose_run_folder(const TrainOptions& o, const std::string& resume_dir) {
+  const std::string resumed_run = resume_dir.empty() ? std::string() : run_folder_of(resume_dir);
+  auto checkpoints_in = [](const std::string& run) { return list_checkpoints((fs::path(run) / "checkpoints").string()); };
+  if (o.out.empty()) {
+    if (!resumed_run.empty()) return resumed_run;
+    if (o.elastic) return "runs/default";
+    for (int i = 1;; ++i) {
+      const std::string run = i == 1 ? std::string("runs/default") : fmt::format("runs/default-{}", i);
+      if (checkpoints_in(run).empty()) return run;
+    }
+  }
+  if (o.elastic) return o.out;
+  const auto held = checkpoints_in(o.out);
+  std::error_code ec;
+  if (held.empty() || (!resumed_run.empty() && fs::equivalent(resumed_run, o.out, ec))) return o.out;
+  fail("run folder '{}' already holds the checkpoints of an earlier run (newest: {}); continue that run with --resume {}, "
+       "or train into another --out",
+       o.out, held.back(), o.out);
+}
+
 TrainResult run_training(const TrainOptions& opts) {
   TrainOptions o = opts;
   if (o.threads > 0) set_num_threads(o.threads);
@@ -152,6 +174,7 @@ TrainResult run_training(const TrainOptions& opts) {
   // ---- data and model config ----
   std::string resume_dir;
   if (!o.resume.empty()) resume_dir = resolve_checkpoint(o.resume);
+  o.out = choose_run_folder(o, resume_dir);
   PreparedData builtin;
   const bool use_builtin = o.data.empty();
   if (use_builtin) {
@@ -315,7 +338,10 @@ TrainResult run_training(const TrainOptions& opts) {
                  world, o.reshard_after_forward, o.prefetch, o.separate_rs_group ? "separate" : "shared",
                  dtype_name(o.reduce_dtype), static_cast<double>(e.state_bytes()) / (1 << 20), comm_step_s);
     if (!resume_dir.empty()) fmt::print(stderr, "  resumed from {} at step {}\n", resume_dir, step);
-    fmt::print(stderr, "  run folder: {}\n", o.out);
+    fmt::print(stderr, "  run folder: {}{}\n", o.out,
+               opts.out.empty() && resume_dir.empty() && o.out != "runs/default"
+                   ? " (runs/default and the ones before hold earlier runs)"
+                   : "");
   }
 
   std::int64_t row0 = e.rank() * o.batch_size * o.seq_len;  // this rank's rows of a micro-step
@@ -459,6 +485,9 @@ TrainResult run_training(const TrainOptions& opts) {
   result.state_bytes = e.state_bytes();
   result.peak_unsharded_bytes = e.peak_unsharded_bytes();
   result.steps_done = step;
+  result.steps_this_run = steps_this_run;
+  result.run_folder = o.out;
+  if (result.last_checkpoint.empty()) result.last_checkpoint = resume_dir;
   result.final_loss = last_loss;
   if (steps_this_run > 0) {
     result.tokens_per_s = static_cast<double>(tokens_per_step * steps_this_run) / busy_seconds;

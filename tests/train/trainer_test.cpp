@@ -197,6 +197,46 @@ TEST(Trainer, SigtermSavesACheckpointThatResumes) {
   EXPECT_EQ(testing::logged_losses(o.out + "/metrics.jsonl").size(), logged + 2);
 }
 
+// The run folder: a fresh run refuses one that holds another run's checkpoints (its own would be
+// pruned in their place and --resume would pick the other run's newest); --resume without --out
+// continues in the resumed run's folder; resuming at max_steps trains nothing and says so.
+TEST(Trainer, RunFolderIsNeverSharedByTwoRuns) {
+  testing::TempDir dir;
+  testing::write_dataset(dir.path(), testing::tiny_config());
+  TrainOptions first = tiny_run(dir, "run", 4);
+  first.checkpoint_every = 2;
+  const TrainResult a = run_training(first);
+  EXPECT_EQ(a.run_folder, first.out);
+  EXPECT_EQ(list_checkpoints(first.out + "/checkpoints").size(), 2u);
+  const std::string e = testing::error_of([&] { run_training(tiny_run(dir, "run", 3)); });
+  EXPECT_NE(e.find("run folder '" + first.out + "' already holds the checkpoints of an earlier run (newest: " +
+                   first.out + "/checkpoints/step_00000004); continue that run with --resume " + first.out),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(list_checkpoints(first.out + "/checkpoints").size(), 2u);  // untouched
+
+  TrainOptions more = tiny_run(dir, "", 6);
+  more.out = "";
+  more.resume = first.out;
+  more.checkpoint_every = 2;
+  const TrainResult b = run_training(more);
+  EXPECT_EQ(b.run_folder, first.out);
+  EXPECT_EQ(b.steps_this_run, 2);
+  EXPECT_EQ(b.last_checkpoint, first.out + "/checkpoints/step_00000006");
+
+  more.max_steps = 6;
+  const TrainResult c = run_training(more);
+  EXPECT_EQ(c.steps_this_run, 0);
+  EXPECT_EQ(c.steps_done, 6);
+  EXPECT_EQ(c.last_checkpoint, first.out + "/checkpoints/step_00000006");
+
+  EXPECT_EQ(run_folder_of("runs/a/checkpoints/step_00000012"), "runs/a");
+  EXPECT_EQ(run_folder_of("runs/a/checkpoints/step_00000012/"), "runs/a");
+  EXPECT_EQ(run_folder_of("checkpoints/step_00000012"), ".");
+  EXPECT_EQ(run_folder_of("exported/step_00000012"), "");
+  EXPECT_EQ(run_folder_of("runs/a/checkpoints/latest"), "");
+}
+
 TEST(Trainer, DataAndConfigErrorsNameTheFileAndValue) {
   testing::TempDir dir;
   const auto c = testing::tiny_config();

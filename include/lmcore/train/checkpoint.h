@@ -81,6 +81,9 @@ std::vector<std::string> list_checkpoints(const std::string& parent);
 // `path` itself when it is a checkpoint folder, else the newest checkpoint under path or path/checkpoints.
 // Throws Error when there is none.
 std::string resolve_checkpoint(const std::string& path);
+// The run folder a checkpoint folder belongs to ("RUN" for "RUN/checkpoints/step_XXXXXXXX"), or empty
+// for a checkpoint folder elsewhere.
+std::string run_folder_of(const std::string& checkpoint_dir);
 // Removes all but the newest `keep` checkpoints under parent (keep >= 1).
 void prune_checkpoints(const std::string& parent, int keep);
 

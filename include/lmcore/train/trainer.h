@@ -26,7 +26,11 @@ struct TrainOptions {
   std::string data;         // glob of training shards; empty: the built-in corpus
   std::string val_data;     // glob of validation shards; empty: data with "train" replaced by "val", if any
   std::string tokenizer;    // tokenizer.json copied into checkpoints (for generate); empty: next to the data
-  std::string out = "runs/default";
+  // The run folder. Empty: the resumed run's folder with `resume`, else runs/default, or runs/default-2,
+  // -3, ... when it holds an earlier run's checkpoints. A fresh run refuses a folder that holds another
+  // run's checkpoints: its own would sort among them, be pruned in their place, and a later --resume
+  // would pick the other run's newest.
+  std::string out;
   std::int64_t max_steps = 0;  // 0: from time_budget (the built-in default: 120 s), else 1000
   // Seconds the run should take when max_steps is 0: the step count is calibrated by timing one
   // forward/backward before training (the built-in default uses 120).
@@ -76,7 +80,9 @@ struct TrainResult {
   double final_loss = 0;         // last training loss
   double final_val_loss = -1;    // last validation loss, -1 without validation data
   bool interrupted = false;      // SIGINT/SIGTERM
-  std::string last_checkpoint;
+  std::string last_checkpoint;    // the newest checkpoint of the run (the resumed one when no step ran)
+  std::string run_folder;         // where checkpoints/, metrics.jsonl and report.html went
+  std::int64_t steps_this_run = 0;  // 0: resumed at max_steps, nothing to train
   double tokens_per_s = 0;       // over the run's steps
   double mfu = 0;                // model flops / (elapsed * measured GEMM peak), per rank
   double comm_wait_s = 0;        // sharded: seconds this rank waited on collectives
