@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <cerrno>
 #include <new>
 
@@ -154,6 +155,12 @@ std::string read_file(const std::string& path, std::string_view what, std::size_
   if (err == EFBIG) fail("{}'{}' grew past the {} bytes allowed while being read", prefix(what), path, max_bytes);
   if (err != 0) fail("{}reading '{}' failed: {}", prefix(what), path, errno_text(err));
   return out;
+}
+
+void create_directories(const std::string& path, std::string_view what) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) fail("{}cannot create the folder '{}': {}", prefix(what), path, ec.message());
 }
 
 }  // namespace lmcore::base

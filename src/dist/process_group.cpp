@@ -19,6 +19,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include "lmcore/base/atomic_file.h"
+#include "lmcore/base/file.h"
 #include "src/dist/collectives.h"
 #include "src/dist/group_impl.h"
 
@@ -253,7 +254,7 @@ std::string GroupImpl::trace_dump(const std::string& reason, const std::string& 
     target = fmt::format("{}/{}-g{}-rank{}.json", config.trace_dir, config.name, generation, rank);
   }
   const std::filesystem::path p(target);
-  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
+  if (p.has_parent_path()) base::create_directories(p.parent_path().string(), "dump_trace");
   // Atomic, but not durable: the dump must survive this process, not the machine, and an fsync behind
   // a busy disk could hold the error past the call's bound.
   base::write_file_atomically(target, trace_dump_to_json(d), {.what = "dump_trace", .durable = false});

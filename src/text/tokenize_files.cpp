@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "lmcore/base/file.h"
 #include "lmcore/core/error.h"
 #include "lmcore/core/progress.h"
 #include "lmcore/io/token_shard.h"
@@ -84,7 +85,7 @@ TokenizeResult tokenize_files(const Tokenizer& tok, const std::vector<std::strin
     LMCORE_CHECK(id.has_value(), "tokenize: --eot '{}' is not a token of the tokenizer", o.eot);
     eot = *id;
   }
-  fs::create_directories(o.out_dir);
+  base::create_directories(o.out_dir, "tokenize --out-dir");
   for (const auto& e : fs::directory_iterator(o.out_dir)) {
     const std::string n = e.path().filename().string();
     for (const char* split : {"train_", "val_"})

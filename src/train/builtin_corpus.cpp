@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "lmcore/base/file.h"
 #include "lmcore/core/error.h"
 #include "lmcore/core/progress.h"
 #include "lmcore/io/token_shard.h"
@@ -114,7 +115,7 @@ PreparedData prepare_builtin_corpus(const std::string& cache_dir, bool verbose) 
     describe();
     return d;
   }
-  fs::create_directories(dir);
+  base::create_directories(dir.string(), "built-in corpus cache");
   // 1. read the documents; about 1% of them, chosen by a hash of the path, are the validation split.
   std::vector<std::string> docs;
   std::vector<bool> is_val;

@@ -276,7 +276,7 @@ std::string save_checkpoint(const std::string& parent, const model::Llama& m, co
   LMCORE_CHECK(opt.begin() == 0 && opt.size() == m.layout().size(),
                "save_checkpoint: the optimizer covers {} of {} parameters; a sharded run writes a sharded checkpoint",
                opt.size(), m.layout().size());
-  fs::create_directories(parent);
+  base::create_directories(parent, "save_checkpoint");
   // One writer per run folder: temporary folders left by a crash are removed before writing.
   sweep_temporaries(parent);
   const fs::path final_dir = fs::path(parent) / step_name(state.step);
@@ -322,7 +322,7 @@ std::string save_sharded_checkpoint(const std::string& parent, fsdp::ShardedLlam
   std::string error;
   if (rank == 0) {
     try {
-      fs::create_directories(parent);
+      base::create_directories(parent, "save_checkpoint");
       sweep_temporaries(parent);
       fs::create_directory(tmp);
     } catch (const std::exception& e) {
@@ -414,7 +414,7 @@ void consolidate_checkpoint(const std::string& dir, const std::string& out_dir) 
   const model::ParameterLayout layout(r.config());
   Tensor flat = Tensor::empty({layout.size()}, DType::f32);
   r.read(CheckpointReader::Kind::params, 0, layout.size(), flat.data<float>());
-  fs::create_directories(out_dir);
+  base::create_directories(out_dir, "consolidate");
   model::save_model_folder(out_dir, r.config(), layout, flat,
                            {{"lmcore_version", LMCORE_VERSION_STRING}, {"step", std::to_string(r.state().step)},
                             {"consolidated_from", dir}});

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "lmcore/base/file.h"
 #include "lmcore/core/error.h"
 #include "lmcore/core/fault_injection.h"
 #include "lmcore/core/matmul.h"
@@ -303,7 +304,7 @@ TrainResult run_training(const TrainOptions& opts) {
   schedule.validate();
 
   const std::string log_path = o.log.empty() ? (fs::path(o.out) / "metrics.jsonl").string() : o.log;
-  if (lead) fs::create_directories(o.out);
+  if (lead) base::create_directories(o.out, "run folder");
   std::unique_ptr<RunLog> log;
   if (lead) log = std::make_unique<RunLog>(log_path, /*append=*/!resume_dir.empty());
   const double peak = model::gemm_peak_gflops(o.dtype);  // the MFU's denominator, through the layers' GEMM path

@@ -231,6 +231,19 @@ TEST(FileTypeName, CoversEveryType) {
   EXPECT_EQ(file_type_name(S_IFLNK), "a symbolic link");
 }
 
+TEST(CreateDirectories, MakesTheParentsAndNamesTheFolderItCannotMake) {
+  TempDir dir;
+  const std::string deep = dir.file("a/b/c");
+  create_directories(deep, "run folder");
+  EXPECT_TRUE(std::filesystem::is_directory(deep));
+  create_directories(deep, "run folder");  // already there: fine
+  spit(dir.file("file"), "x");
+  EXPECT_EQ(error_of([&] { create_directories(dir.file("file/sub"), "run folder"); }),
+            "run folder: cannot create the folder '" + dir.file("file/sub") + "': Not a directory");
+  EXPECT_EQ(error_of([&] { create_directories(dir.file("file"), ""); }),
+            "cannot create the folder '" + dir.file("file") + "': Not a directory");
+}
+
 TEST(FsyncPath, ReportsAMissingPath) {
   TempDir dir;
   EXPECT_EQ(fsync_path(dir.path(), true), 0);

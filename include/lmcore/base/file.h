@@ -90,4 +90,8 @@ UniqueFd open_regular_file(const std::string& path, std::string_view what);
 std::string read_file(const std::string& path, std::string_view what,
                       std::size_t max_bytes = std::numeric_limits<std::size_t>::max());
 
+// mkdir -p: `path` and its missing parents. Errors name the folder and the reason:
+//   "<what>: cannot create the folder 'p': Not a directory"
+void create_directories(const std::string& path, std::string_view what);
+
 }  // namespace lmcore::base
