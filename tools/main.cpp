@@ -39,8 +39,9 @@ int main(int argc, char** argv) {
     try {
       return c.run(argc - 1, argv + 1);
     } catch (const std::exception& e) {
+      // A failure a command did not turn into its own message (usage errors exit 2 inside the command).
       fmt::print(stderr, "lmcore {}: error: {}\n", cmd, e.what());
-      return 2;
+      return 1;
     }
   }
   fmt::print(stderr, "lmcore: unknown command '{}' (lmcore help lists the commands)\n", cmd);
