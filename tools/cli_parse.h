@@ -18,8 +18,8 @@
 namespace lmcore::cli {
 
 // CLI11 2.1 reads integers with strtoll / strtoull, which saturate and wrap: "--max-steps
-// 99999999999999999999" became 2^63 - 1 and "--seed -1" 2^64 - 1 without a word. This check, put
-// first on every integer option, refuses both.
+// 99999999999999999999" became 2^63 - 1 and "--seed -1" 2^64 - 1 without a word. parse_args adds
+// this check to every integer option of the command and its subcommands.
 inline CLI::Validator fits_integer(bool is_unsigned) {
   return CLI::Validator(
       [is_unsigned](std::string& text) -> std::string {
