@@ -385,6 +385,16 @@ void widen_rows(float* dst, DType dt, const void* src, std::int64_t rows, std::i
   }
 }
 
+// Rounds dense f32 rows into a stored bf16/f16 matrix with row stride ld (the inverse of widen_rows).
+void narrow_rows(void* dst, DType dt, std::int64_t ld, const float* src, std::int64_t rows, std::int64_t cols) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    if (dt == DType::bf16)
+      detail::cast_f32_to_bf16(static_cast<bf16*>(dst) + r * ld, src + r * cols, cols);
+    else
+      detail::cast_f32_to_f16(static_cast<f16*>(dst) + r * ld, src + r * cols, cols);
+  }
+}
+
 void run_widened_block(const Gemm& g) {
   ThreadBuffers& buf = thread_buffers();
   const Stored sa = stored(g.ta, g.m, g.k), sb = stored(g.tb, g.k, g.n);
@@ -400,12 +410,7 @@ void run_widened_block(const Gemm& g) {
   auto* c32 = static_cast<float*>(buf.c.get(static_cast<std::size_t>(g.m * g.n) * sizeof(float)));
   if (g.beta != 0.0f) widen_rows(c32, g.c_dtype, g.c, g.m, g.n, g.ldc);
   gemm_f32(g.ta, g.tb, g.m, g.n, g.k, g.alpha, a32, sa.cols, b32, sb.cols, g.beta, c32, g.n);
-  for (std::int64_t r = 0; r < g.m; ++r) {
-    if (g.c_dtype == DType::bf16)
-      detail::cast_f32_to_bf16(static_cast<bf16*>(g.c) + r * g.ldc, c32 + r * g.n, g.n);
-    else
-      detail::cast_f32_to_f16(static_cast<f16*>(g.c) + r * g.ldc, c32 + r * g.n, g.n);
-  }
+  narrow_rows(g.c, g.c_dtype, g.ldc, c32, g.m, g.n);
 }
 
 // Scales C by beta in place (K == 0); beta == 0 writes zeros without reading C.
@@ -480,11 +485,14 @@ Gemm k_slice(const Gemm& g, std::int64_t lo, std::int64_t hi, float* partial) {
   return s;
 }
 
-// Rows [r0, r1) of C = alpha * (the sum of the parts' partials) + beta * C, in C's dtype.
+// Rows [r0, r1) of C = alpha * (the sum of the parts' partials) + beta * C, in C's dtype: a
+// low-precision C is widened (when beta reads it) and rounded once, as in run_widened_block.
 void add_partials(const Gemm& g, const float* partials, std::int64_t parts, std::int64_t r0, std::int64_t r1,
-                  std::vector<float>& row) {
+                  std::vector<float>& row, std::vector<float>& c_row) {
   const std::int64_t n = g.n, plane = g.m * g.n;
+  const bool f32 = g.c_dtype == DType::f32;
   row.resize(static_cast<std::size_t>(n));
+  c_row.resize(static_cast<std::size_t>(n));
   for (std::int64_t r = r0; r < r1; ++r) {
     float* acc = row.data();
     std::copy_n(partials + r * n, n, acc);
@@ -492,21 +500,16 @@ void add_partials(const Gemm& g, const float* partials, std::int64_t parts, std:
       const float* q = partials + p * plane + r * n;
       for (std::int64_t j = 0; j < n; ++j) acc[j] += q[j];
     }
-    const std::int64_t at = r * g.ldc;
-    if (g.c_dtype == DType::f32) {
-      float* c = static_cast<float*>(g.c) + at;
-      for (std::int64_t j = 0; j < n; ++j) c[j] = g.alpha * acc[j] + (g.beta == 0.0f ? 0.0f : g.beta * c[j]);
-      continue;
+    const std::int64_t at = r * g.ldc * static_cast<std::int64_t>(dtype_size(g.c_dtype));
+    void* c = static_cast<std::byte*>(g.c) + at;
+    const float* old = static_cast<const float*>(c);
+    if (!f32 && g.beta != 0.0f) {
+      widen_rows(c_row.data(), g.c_dtype, c, 1, n, n);
+      old = c_row.data();
     }
-    if (g.c_dtype == DType::bf16) {
-      bf16* c = static_cast<bf16*>(g.c) + at;
-      for (std::int64_t j = 0; j < n; ++j) acc[j] = g.alpha * acc[j] + (g.beta == 0.0f ? 0.0f : g.beta * c[j].to_f32());
-      detail::cast_f32_to_bf16(c, acc, n);
-    } else {
-      f16* c = static_cast<f16*>(g.c) + at;
-      for (std::int64_t j = 0; j < n; ++j) acc[j] = g.alpha * acc[j] + (g.beta == 0.0f ? 0.0f : g.beta * c[j].to_f32());
-      detail::cast_f32_to_f16(c, acc, n);
-    }
+    float* out = f32 ? static_cast<float*>(c) : acc;
+    for (std::int64_t j = 0; j < n; ++j) out[j] = g.alpha * acc[j] + (g.beta == 0.0f ? 0.0f : g.beta * old[j]);
+    if (!f32) narrow_rows(c, g.c_dtype, n, acc, 1, n);
   }
 }
 
@@ -549,8 +552,8 @@ void run_cut(const Gemm& g, RunBlock run_block, bool may_split, bool may_cut_k) 
       }
     });
     parallel_for(0, m, std::max<std::int64_t>(1, m / threads), [&](std::int64_t r0, std::int64_t r1) {
-      thread_local std::vector<float> row;
-      add_partials(g, partials, parts, r0, r1, row);
+      thread_local std::vector<float> row, c_row;
+      add_partials(g, partials, parts, r0, r1, row, c_row);
     });
     return;
   }
