@@ -80,7 +80,7 @@ int run_generate(int argc, char** argv) {
     const std::int64_t limit = m.config.max_seq_len, prompt_len = static_cast<std::int64_t>(ids.size());
     LMCORE_CHECK(prompt_len <= limit, "the prompt has {} tokens, more than the model's max_position_embeddings {}",
                  prompt_len, limit);
-    const std::int64_t sampled = std::clamp<std::int64_t>(o.max_tokens, 0, limit - std::min(prompt_len, limit));
+    const std::int64_t sampled = std::clamp<std::int64_t>(o.max_tokens, 0, limit - prompt_len);
     model::Generator g(m.config, m.params, std::min(limit, prompt_len + sampled));
     fmt::print("{}", prompt);
     std::fflush(stdout);
