@@ -7,11 +7,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "lmcore/base/page_offset_buffer.h"
 #include "lmcore/codegen/cache.h"
 #include "lmcore/codegen/gemm.h"
 #include "lmcore/codegen/generator.h"
@@ -26,6 +28,9 @@ namespace lmcore::codegen {
 namespace {
 
 std::int64_t row_grain(std::int64_t cols) { return std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(cols, 1)); }
+
+// Fewer rows than this read the caller's weight where it is: the copy would cost as much as it saves.
+constexpr std::int64_t kStageRows = 16;
 
 void check_spec(const RmsNormSpec& spec) {
   LMCORE_CHECK(spec.hidden >= 1, "codegen rmsnorm: hidden size must be >= 1, found {}", spec.hidden);
@@ -237,7 +242,11 @@ void RmsNormKernel::forward(void* out, float* rstd, const void* inp, const void*
   LMCORE_CHECK(N >= 0, "codegen rmsnorm forward: N must be >= 0, found {}", N);
   LMCORE_CHECK(!spec_.residual || N == 0 || (residual && residual_out),
                "codegen rmsnorm forward: the spec fuses the residual add, so residual and residual_out are required");
-  parallel_for(0, N, row_grain(spec_.hidden), [&](std::int64_t b, std::int64_t e) {
+  // The weight is read beside every output row: staged at the output's page offset (4K aliasing).
+  const std::int64_t C = spec_.hidden;
+  std::optional<PageOffsetBuffer<float>> staged;
+  if (N >= kStageRows) weight = staged.emplace(weight, static_cast<std::size_t>(C), out).data();
+  parallel_for(0, N, row_grain(C), [&](std::int64_t b, std::int64_t e) {
     const lmcore_rmsnorm_forward_args a{out, rstd, inp, spec_.residual ? residual : nullptr,
                                         spec_.residual ? residual_out : nullptr, weight, b, e};
     if (fwd_) fwd_(&a);
@@ -249,19 +258,26 @@ void RmsNormKernel::backward(void* dinp, float* dweight, const void* dout, const
                              const float* rstd, std::int64_t N) const {
   LMCORE_CHECK(N >= 0, "codegen rmsnorm backward: N must be >= 0, found {}", N);
   const std::int64_t C = spec_.hidden;
-  // dweight sums over all rows: k fixed chunks, each into its own partial, added in chunk order.
+  // dweight sums over all rows: k fixed chunks, each into its own partial, added in chunk order. The
+  // partials are stored and the weight read beside every row of dinp, which is stored: both are placed
+  // at the page offset of their chunk's first dinp row (4K aliasing).
   const std::int64_t k = std::max<std::int64_t>(1, std::min<std::int64_t>(num_threads(), N / row_grain(C)));
-  std::vector<float> partial(static_cast<std::size_t>(k * C), 0.0f);
+  const std::size_t esz = dtype_size(spec_.io);
+  auto row_of_dinp = [&](std::int64_t n) { return static_cast<const unsigned char*>(dinp) + n * C * esz; };
+  std::vector<PageOffsetBuffer<float>> partial;
+  for (std::int64_t c = 0; c < k; ++c) partial.emplace_back(static_cast<std::size_t>(C), row_of_dinp(c * N / k));
+  std::optional<PageOffsetBuffer<float>> staged;
+  if (N >= kStageRows) weight = staged.emplace(weight, static_cast<std::size_t>(C), dinp).data();
   parallel_for(0, k, 1, [&](std::int64_t c0, std::int64_t c1) {
     for (std::int64_t c = c0; c < c1; ++c) {
-      const lmcore_rmsnorm_backward_args a{dinp, partial.data() + c * C, dout, inp, weight, rstd, c * N / k,
+      const lmcore_rmsnorm_backward_args a{dinp, partial[c].data(), dout, inp, weight, rstd, c * N / k,
                                            (c + 1) * N / k};
       if (bwd_) bwd_(&a);
       else detail::generic_rmsnorm_backward(spec_, a);
     }
   });
   for (std::int64_t c = 0; c < k; ++c)
-    for (std::int64_t i = 0; i < C; ++i) dweight[i] += partial[static_cast<std::size_t>(c * C + i)];
+    for (std::int64_t i = 0; i < C; ++i) dweight[i] += partial[c].data()[i];
 }
 
 }  // namespace lmcore::codegen

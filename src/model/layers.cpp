@@ -3,7 +3,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
+#include <vector>
 
+#include "lmcore/base/page_offset_buffer.h"
 #include "lmcore/core/error.h"
 #include "lmcore/core/parallel.h"
 #include "src/model/layer_kernels.h"
@@ -13,10 +16,15 @@ namespace lmcore::model {
 namespace {
 // Rows per task: enough work per chunk that the pool's wake-up is paid for.
 std::int64_t row_grain(std::int64_t cols) { return std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(cols, 1)); }
+// Fewer rows than this read the caller's weight where it is: the copy would cost as much as it saves.
+constexpr std::int64_t kStageRows = 16;
 }  // namespace
 
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, std::int64_t N, std::int64_t C,
                      float eps) {
+  // The weight is read beside every output row: staged at the output's page offset (4K aliasing).
+  std::optional<PageOffsetBuffer<float>> staged;
+  if (N >= kStageRows) weight = staged.emplace(weight, static_cast<std::size_t>(C), out).data();
   parallel_for(0, N, row_grain(C), [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t n = b; n < e; ++n) rstd[n] = detail::rmsnorm_row(out + n * C, inp + n * C, weight, C, eps);
   });
@@ -26,16 +34,21 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
                       const float* rstd, std::int64_t N, std::int64_t C) {
   // dweight sums over all rows: the rows are cut into k fixed chunks, each chunk sums into its own
   // partial, and the partials are added in chunk order, so the bits depend only on the thread count.
+  // The partials are stored and the weight read beside every row of dinp, which is stored: both are
+  // placed at the page offset of their chunk's first dinp row (4K aliasing).
   const std::int64_t k = std::max<std::int64_t>(1, std::min<std::int64_t>(num_threads(), N / row_grain(C)));
-  std::vector<float> partial(static_cast<std::size_t>(k * C), 0.0f);
+  std::vector<PageOffsetBuffer<float>> partial;
+  for (std::int64_t c = 0; c < k; ++c) partial.emplace_back(static_cast<std::size_t>(C), dinp + c * N / k * C);
+  std::optional<PageOffsetBuffer<float>> staged;
+  if (N >= kStageRows) weight = staged.emplace(weight, static_cast<std::size_t>(C), dinp).data();
   parallel_for(0, k, 1, [&](std::int64_t c0, std::int64_t c1) {
     for (std::int64_t c = c0; c < c1; ++c) {
-      float* dw = partial.data() + c * C;
+      float* dw = partial[c].data();
       for (std::int64_t n = c * N / k; n < (c + 1) * N / k; ++n)
         detail::rmsnorm_backward_row(dinp + n * C, dw, dout + n * C, inp + n * C, weight, rstd[n], C);
     }
   });
-  for (std::int64_t c = 0; c < k; ++c) detail::add_row(dweight, partial.data() + c * C, C);
+  for (std::int64_t c = 0; c < k; ++c) detail::add_row(dweight, partial[c].data(), C);
 }
 
 RopeTable RopeTable::make(std::int64_t max_seq, std::int64_t head_dim, double theta) {
