@@ -98,7 +98,8 @@ BenchTable rmsnorm_table(const BenchOptions& opt, const codegen::Options& co) {
     const auto gen = codegen::RmsNormKernel::get(spec, co);
     const auto generic = codegen::RmsNormKernel::generic(spec);
     const std::size_t esz = codegen::dtype_size(dt);
-    std::vector<unsigned char> x(static_cast<std::size_t>(NC) * esz), y(x.size()), dy(x.size()), dx(x.size());
+    using Bytes = std::vector<unsigned char, CacheAlignedAllocator<unsigned char>>;  // rows on line boundaries
+    Bytes x(static_cast<std::size_t>(NC) * esz), y(x.size()), dy(x.size()), dx(x.size());
     for (std::size_t i = 0; i < x.size(); i += 2) {  // bf16 bits of values near 1 (f32: arbitrary finite)
       x[i + 1] = 0x3f;
       dy[i + 1] = 0x3f;
