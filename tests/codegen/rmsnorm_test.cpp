@@ -245,6 +245,58 @@ TEST(CodegenRmsNorm, NanAndInfinityPropagate) {
   }
 }
 
+// With x = 1 and eps = 0, rstd is exactly 1 and out = w: each bf16 output must carry exactly the bits of
+// w rounded to nearest even. The weights put ties, values that round up to infinity, subnormals (alone
+// among normal lanes, and a whole vector of them), NaN, infinities and -0 in the lanes; the kernels that
+// use the CPU's bf16 conversion (which flushes subnormals) must still give these bits.
+TEST(CodegenRmsNorm, Bf16OutputIsRoundedToNearestEvenForEveryKindOfValue) {
+  const Options o = testing::test_options();
+  const std::int64_t C = 64, N = 20;
+  auto f = [](std::uint32_t bits) { float v; std::memcpy(&v, &bits, 4); return v; };
+  std::vector<float> w(static_cast<std::size_t>(C));
+  const std::uint32_t normal[] = {0x3f808000, 0x3f818000, 0x3f808001, 0x3f807fff, 0xbf808000, 0xbf818000,
+                                  0x7f7fffff, 0xff7fffff, 0x42c4c000, 0x3e2aaaab, 0x00800000, 0x7f7f8000,
+                                  0x7f7f7fff, 0xc1234567, 0x3c23d70a, 0x40490fdb};
+  const std::uint32_t subnormal[] = {0x00000001, 0x00008000, 0x00018000, 0x007fffff, 0x80008001, 0x0000c000,
+                                     0x00400000, 0x807f8000};
+  for (std::int64_t i = 0; i < 16; ++i) w[i] = f(normal[i]);                         // ties, round to inf
+  for (std::int64_t i = 16; i < 32; ++i) w[i] = f(normal[(i * 5) % 16]);
+  w[21] = f(0x00018000);                                                             // one subnormal lane
+  for (std::int64_t i = 32; i < 48; ++i) w[i] = f(subnormal[i % 8]);                // subnormals only
+  for (std::int64_t i = 48; i < 64; ++i) w[i] = f(normal[i % 16]);
+  w[50] = std::nanf("");
+  w[51] = f(0x7fa00001);  // a signalling NaN
+  w[52] = INFINITY;
+  w[53] = -INFINITY;
+  w[54] = -0.0f;
+  std::vector<std::uint16_t> want(static_cast<std::size_t>(C));
+  for (std::int64_t i = 0; i < C; ++i) want[i] = reference::to_bf16(static_cast<double>(w[i]));
+  ASSERT_EQ(want[0], 0x3f80);
+  ASSERT_EQ(want[6], 0x7f80);
+  ASSERT_EQ(want[21], 0x0002);
+  ASSERT_EQ(want[50], 0xffff);
+
+  for (const DType io : {DType::bf16, DType::f32}) {
+    const RmsNormSpec s{C, 0.0f, io, DType::bf16, false};
+    std::vector<RmsNormKernel> kernels{RmsNormKernel::generic(s)};
+    for (RmsNormVariant v : {RmsNormVariant{16, 1}, RmsNormVariant{8, 2}, RmsNormVariant{4, 1}})
+      kernels.push_back(RmsNormKernel::get(s, o, &v));
+    for (const RmsNormKernel& k : kernels) {
+      std::vector<std::uint16_t> inp16(static_cast<std::size_t>(N * C), 0x3f80), out(static_cast<std::size_t>(N * C));
+      std::vector<float> inp32(static_cast<std::size_t>(N * C), 1.0f), rstd(static_cast<std::size_t>(N));
+      const void* inp = io == DType::bf16 ? static_cast<const void*>(inp16.data()) : inp32.data();
+      k.forward(out.data(), rstd.data(), inp, nullptr, nullptr, w.data(), N);
+      for (std::int64_t n = 0; n < N; ++n) {
+        ASSERT_EQ(rstd[n], 1.0f) << k.variant();
+        for (std::int64_t i = 0; i < C; ++i)
+          ASSERT_EQ(out[n * C + i], want[i]) << s.to_string() << " variant " << k.variant() << ": row " << n
+                                             << " column " << i << " (weight bits " << std::hex
+                                             << [&] { std::uint32_t b; std::memcpy(&b, &w[i], 4); return b; }() << ")";
+      }
+    }
+  }
+}
+
 TEST(CodegenRmsNorm, BadSpecIsAnError) {
   try {
     RmsNormKernel::get({0, 1e-5f});
