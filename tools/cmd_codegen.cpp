@@ -131,7 +131,7 @@ int run_codegen(int argc, char** argv) {
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
   warm_cmd->add_option("--workers", o.workers, "parallel compiles (LMCORE_COMPILE_WORKERS; default the core count)")
-      ->check(cli::positive())
+      ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   warm_cmd->add_option("--compiler", o.compiler, "C++ compiler (LMCORE_CXX; empty: c++ on PATH)")->capture_default_str();
   warm_cmd->add_flag("--quiet", quiet, "no progress bar");

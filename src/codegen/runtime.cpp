@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -27,12 +28,15 @@ namespace lmcore::codegen {
 
 namespace {
 
-double env_number(const char* name, double fallback) {
+// A number from the environment in [lo, hi] (an integer when `integer`), or `fallback` when unset:
+// anything else is an error naming the variable, never a wrapped or saturated value.
+double env_number(const char* name, double fallback, double lo, double hi, bool integer = false) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
   char* end = nullptr;
   const double d = std::strtod(v, &end);
-  LMCORE_CHECK(end && *end == '\0' && d >= 0, "{}={}: expected a non-negative number", name, v);
+  const bool ok = end && *end == '\0' && std::isfinite(d) && d >= lo && d <= hi && (!integer || d == std::floor(d));
+  LMCORE_CHECK(ok, "{}={}: expected {} in [{}, {}]", name, v, integer ? "an integer" : "a number", lo, hi);
   return d;
 }
 
@@ -196,12 +200,12 @@ Options Options::from_env() {
   Options o;
   const char* dir = std::getenv("LMCORE_CACHE_DIR");
   o.cache_dir = dir && *dir ? dir : KernelCache::default_dir();
-  o.cache_max_bytes = static_cast<std::uint64_t>(env_number("LMCORE_CACHE_MAX_MB", 512) * 1024 * 1024);
+  o.cache_max_bytes = static_cast<std::uint64_t>(env_number("LMCORE_CACHE_MAX_MB", 512, 0, 1 << 30) * 1024 * 1024);
   const char* cxx = std::getenv("LMCORE_CXX");
   o.compiler = cxx ? cxx : "";
-  o.workers = static_cast<int>(env_number("LMCORE_COMPILE_WORKERS", 0));
+  o.workers = static_cast<int>(env_number("LMCORE_COMPILE_WORKERS", 0, 0, 1024, true));  // 0: the core count
   if (o.workers <= 0) o.workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  o.compile_timeout_seconds = env_number("LMCORE_COMPILE_TIMEOUT", 60);
+  o.compile_timeout_seconds = env_number("LMCORE_COMPILE_TIMEOUT", 60, 0.001, 86400);
   const char* tune = std::getenv("LMCORE_AUTOTUNE");
   o.autotune = !(tune && std::string(tune) == "0");
   const char* on = std::getenv("LMCORE_CODEGEN");

@@ -160,14 +160,33 @@ TEST(CodegenCompiler, DisabledMeansGeneric) {
 }
 
 TEST(CodegenCompiler, EnvironmentIsValidated) {
-  ::setenv("LMCORE_COMPILE_WORKERS", "lots", 1);
-  try {
-    Options::from_env();
-    ADD_FAILURE() << "LMCORE_COMPILE_WORKERS=lots accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("LMCORE_COMPILE_WORKERS=lots"), std::string::npos) << e.what();
+  // Each value is refused with the variable's name: not parsed, negative, fractional where a count is
+  // meant, beyond the range (20 digits used to wrap through a cast to int), not finite.
+  const std::pair<const char*, const char*> bad[] = {
+      {"LMCORE_COMPILE_WORKERS", "lots"},  {"LMCORE_COMPILE_WORKERS", "-1"},
+      {"LMCORE_COMPILE_WORKERS", "2.5"},   {"LMCORE_COMPILE_WORKERS", "1025"},
+      {"LMCORE_COMPILE_WORKERS", "99999999999999999999"},
+      {"LMCORE_CACHE_MAX_MB", "1e300"},    {"LMCORE_CACHE_MAX_MB", "inf"},
+      {"LMCORE_COMPILE_TIMEOUT", "0"},     {"LMCORE_COMPILE_TIMEOUT", "nan"},
+      {"LMCORE_COMPILE_TIMEOUT", "1e9"}};
+  for (const auto& [name, value] : bad) {
+    ::setenv(name, value, 1);
+    try {
+      Options::from_env();
+      ADD_FAILURE() << name << "=" << value << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string(name) + "=" + value + ": expected"), std::string::npos) << e.what();
+    }
+    ::unsetenv(name);
   }
-  ::unsetenv("LMCORE_COMPILE_WORKERS");
+  ::setenv("LMCORE_COMPILE_WORKERS", "3", 1);
+  ::setenv("LMCORE_CACHE_MAX_MB", "0.5", 1);
+  ::setenv("LMCORE_COMPILE_TIMEOUT", "2.5", 1);
+  const Options o = Options::from_env();
+  EXPECT_EQ(o.workers, 3);
+  EXPECT_EQ(o.cache_max_bytes, 512u * 1024);
+  EXPECT_EQ(o.compile_timeout_seconds, 2.5);
+  for (const char* name : {"LMCORE_COMPILE_WORKERS", "LMCORE_CACHE_MAX_MB", "LMCORE_COMPILE_TIMEOUT"}) ::unsetenv(name);
 }
 
 // Both children compile the same kernel into one empty cache at the same moment.

@@ -73,10 +73,10 @@ struct GemmVariant {
 
 // Where compiled kernels live and how they are built. from_env() reads:
 //   LMCORE_CACHE_DIR        cache directory          (default ~/.cache/lmcore/kernels)
-//   LMCORE_CACHE_MAX_MB     cache size limit, MiB    (default 512; least recently used entries go first)
+//   LMCORE_CACHE_MAX_MB     cache size limit, MiB    (default 512, at most 2^30; least recently used go first)
 //   LMCORE_CXX              the compiler             (default: c++ found on PATH)
-//   LMCORE_COMPILE_WORKERS  parallel compiles        (default: the core count)
-//   LMCORE_COMPILE_TIMEOUT  seconds per compile      (default 60)
+//   LMCORE_COMPILE_WORKERS  parallel compiles        (an integer in [0, 1024]; default and 0: the core count)
+//   LMCORE_COMPILE_TIMEOUT  seconds per compile      (default 60, in [0.001, 86400])
 //   LMCORE_AUTOTUNE         0 = default variants, no timing (default 1)
 //   LMCORE_CODEGEN          0 = never compile, always the generic kernels (default 1)
 struct Options {
