@@ -6,7 +6,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <limits>
 
 #include "lmcore/base/url.h"
 #include "lmcore/core/error.h"
@@ -16,14 +18,18 @@ namespace lmcore::dist::detail {
 
 namespace {
 
-int env_int(const char* name, int fallback) {
+constexpr long kMaxInt = std::numeric_limits<int>::max();
+
+// The whole value must be an integer in [lo, hi]: std::stoi took "30s" as 30 and "1x" as 1.
+int env_int(const char* name, int fallback, long lo, long hi) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return fallback;
-  try {
-    return std::stoi(v);
-  } catch (const std::exception&) {
-    fail("ProcessGroup: environment variable {}='{}' is not an integer", name, v);
-  }
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(v, &end, 10);
+  if (end == v || *end != '\0' || errno == ERANGE || n < lo || n > hi)
+    fail("ProcessGroup: environment variable {}='{}' is not an integer in [{}, {}]", name, v, lo, hi);
+  return static_cast<int>(n);
 }
 
 std::string env_str(const char* name) {
@@ -77,8 +83,8 @@ void GroupConfig::set_call_timeout(std::chrono::milliseconds timeout) {
 }
 
 std::pair<int, int> rank_and_world_size(const GroupOptions& o) {
-  const int rank = o.rank >= 0 ? o.rank : env_int("LMCORE_RANK", -1);
-  const int world = o.world_size >= 0 ? o.world_size : env_int("LMCORE_WORLD_SIZE", -1);
+  const int rank = o.rank >= 0 ? o.rank : env_int("LMCORE_RANK", -1, 0, kMaxInt);
+  const int world = o.world_size >= 0 ? o.world_size : env_int("LMCORE_WORLD_SIZE", -1, 1, kMaxInt);
   LMCORE_CHECK(world >= 1, "ProcessGroup: world_size {} (LMCORE_WORLD_SIZE) must be >= 1", world);
   LMCORE_CHECK(rank >= 0 && rank < world, "ProcessGroup: rank {} (LMCORE_RANK) must be in [0, world_size {})", rank,
                world);
@@ -92,17 +98,17 @@ GroupConfig GroupConfig::resolve(const GroupOptions& o) {
   LMCORE_CHECK(!c.store_url.empty(), "ProcessGroup: no store: pass store_url or set LMCORE_STORE "
                                      "(file:///path or redis://host:port)");
   std::chrono::milliseconds timeout = o.timeout;
-  if (const int t = env_int("LMCORE_DIST_TIMEOUT_MS", 0); t > 0 && o.timeout == GroupOptions{}.timeout) {
+  if (const int t = env_int("LMCORE_DIST_TIMEOUT_MS", 0, 1, kMaxInt); t > 0 && o.timeout == GroupOptions{}.timeout) {
     timeout = std::chrono::milliseconds(t);
   }
   LMCORE_CHECK(timeout.count() > 0, "ProcessGroup: timeout must be positive, found {} ms", timeout.count());
   c.call_timeout_ms_ = timeout.count();
   c.connect_timeout = o.connect_timeout;
-  if (const int t = env_int("LMCORE_DIST_CONNECT_TIMEOUT_MS", 0); t > 0) c.connect_timeout = std::chrono::milliseconds(t);
+  if (const int t = env_int("LMCORE_DIST_CONNECT_TIMEOUT_MS", 0, 1, kMaxInt); t > 0) c.connect_timeout = std::chrono::milliseconds(t);
   LMCORE_CHECK(c.connect_timeout.count() > 0, "ProcessGroup: connect_timeout must be positive, found {} ms",
                c.connect_timeout.count());
   c.trace_size = o.trace_size;
-  if (const int n = env_int("LMCORE_DIST_TRACE_SIZE", 0); n > 0) c.trace_size = n;
+  if (const int n = env_int("LMCORE_DIST_TRACE_SIZE", 0, 1, 1 << 20); n > 0) c.trace_size = n;
   c.trace_dir = o.trace_dir.empty() ? env_str("LMCORE_DIST_TRACE_DIR") : o.trace_dir;
   if (c.trace_dir.empty()) {
     const std::string tmp = env_str("TMPDIR");

@@ -155,5 +155,37 @@ TEST(ProcessGroupEnv, ReadsRankWorldSizeAndStoreFromTheEnvironment) {
   }
 }
 
+// A value that is not wholly an integer in range is refused with its name: "30s" used to be read as 30
+// (milliseconds, where seconds were meant) and "1x" as rank 1.
+TEST(ProcessGroupEnv, RefusesValuesThatAreNotWhollyIntegersInRange) {
+  const std::string store = testing::fresh_store("env-bad");
+  const std::pair<const char*, const char*> bad[] = {
+      {"LMCORE_DIST_TIMEOUT_MS", "30s"},         {"LMCORE_DIST_TIMEOUT_MS", "-5"},
+      {"LMCORE_DIST_TIMEOUT_MS", "2.5"},         {"LMCORE_DIST_CONNECT_TIMEOUT_MS", "99999999999"},
+      {"LMCORE_DIST_TRACE_SIZE", "2000000000"},  {"LMCORE_DIST_TRACE_SIZE", "0"},
+      {"LMCORE_RANK", "0x"},                     {"LMCORE_WORLD_SIZE", " "}};
+  for (const auto& [name, value] : bad) {
+    GroupOptions o;
+    o.rank = 0;
+    o.world_size = 1;
+    o.store_url = store;
+    if (std::string(name) == "LMCORE_RANK" || std::string(name) == "LMCORE_WORLD_SIZE") o.rank = o.world_size = -1;
+    setenv("LMCORE_RANK", "0", 1);
+    setenv("LMCORE_WORLD_SIZE", "1", 1);
+    setenv(name, value, 1);
+    try {
+      ProcessGroup pg(o);
+      ADD_FAILURE() << name << "=" << value << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string(name) + "='" + value + "' is not an integer in ["),
+                std::string::npos)
+          << e.what();
+    }
+    unsetenv(name);
+    unsetenv("LMCORE_RANK");
+    unsetenv("LMCORE_WORLD_SIZE");
+  }
+}
+
 }  // namespace
 }  // namespace lmcore::dist
