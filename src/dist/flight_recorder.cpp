@@ -1,10 +1,9 @@
 // The flight recorder's ring buffer and its JSON form.
 #include <chrono>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "lmcore/base/file.h"
 #include "lmcore/core/error.h"
 #include "src/dist/flight_recorder_impl.h"
 
@@ -135,11 +134,8 @@ TraceDump parse_trace_dump(const std::string& json_text, const std::string& sour
 }
 
 TraceDump load_trace_dump(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  LMCORE_CHECK(in.good(), "trace dump '{}': cannot open the file", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_trace_dump(ss.str(), path);
+  // A regular file of bounded size: a FIFO given by mistake made `lmcore trace` wait forever.
+  return parse_trace_dump(base::read_file(path, "trace dump", std::size_t{1} << 30), path);
 }
 
 }  // namespace lmcore::dist

@@ -27,13 +27,12 @@
 // TokenizerData::build (ids, byte tokens, merges in order, added tokens).
 #include <algorithm>
 #include <cctype>
-#include <filesystem>
-#include <fstream>
 #include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "lmcore/base/file.h"
 #include "lmcore/core/error.h"
 #include "lmcore/text/tokenizer.h"
 #include "src/io/file_util.h"
@@ -55,20 +54,9 @@ using detail::TokenizerData;
 constexpr std::uint64_t kMaxFileBytes = std::uint64_t{1} << 30;
 constexpr int kMaxDepth = 64;
 
-std::string read_file(const std::string& path, const char* what) {
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(path, ec);
-  LMCORE_CHECK(!ec, "{}: cannot read {}: {}", path, what, ec.message());
-  LMCORE_CHECK(size <= kMaxFileBytes, "{}: {} has {} bytes, more than the {} this reader accepts", path, what, size,
-               kMaxFileBytes);
-  std::ifstream in(path, std::ios::binary);
-  LMCORE_CHECK(in.good(), "{}: cannot open {}", path, what);
-  std::string s(size, '\0');
-  in.read(s.data(), static_cast<std::streamsize>(size));
-  LMCORE_CHECK(in.gcount() == static_cast<std::streamsize>(size), "{}: short read of {} ({} of {} bytes)", path, what,
-               in.gcount(), size);
-  return s;
-}
+// The whole file, which must be a regular one (a FIFO would block the reader forever) of at most
+// kMaxFileBytes.
+std::string read_file(const std::string& path, const char* what) { return base::read_file(path, what, kMaxFileBytes); }
 
 // Check 1: JSON, depth-bounded, no repeated keys.
 json parse_json(std::string_view text, const std::string& name) {

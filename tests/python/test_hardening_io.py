@@ -40,6 +40,19 @@ def test_fifo_is_refused_without_blocking(tmp_path):
     assert "is a FIFO, not a regular file" in r.stderr
 
 
+def test_fifo_is_refused_by_trace_and_the_tokenizer_readers(tmp_path):
+    # `lmcore trace FIFO` waited forever; the tokenizer said "Operation not supported".
+    fifo = tmp_path / "dump.json"
+    os.mkfifo(fifo)
+    for args, what in ((["trace", str(fifo)], "trace dump"),
+                       (["tokenizer", "encode", "--tokenizer", str(fifo)], "tokenizer.json"),
+                       (["tokenize", "--tokenizer", str(fifo), "--out-dir", str(tmp_path / "shards"), str(fifo)],
+                        "tokenizer.json")):
+        r = subprocess.run([str(CLI), *args], capture_output=True, text=True, timeout=30, input="")
+        assert r.returncode == 1, (args, r.returncode, r.stderr)
+        assert f"{what}: '{fifo}' is a FIFO, not a regular file" in r.stderr, (args, r.stderr)
+
+
 # ---- defect 4: convert replaced a FIFO, a device or a symlink at OUT with a regular file ---------
 
 def small_checkpoint(path):
