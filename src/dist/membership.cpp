@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "lmcore/core/fault_injection.h"
 #include "src/dist/group_impl.h"
 
 namespace lmcore::dist {
@@ -101,6 +102,7 @@ void Membership::watcher_loop(const std::function<std::int64_t()>& reached, cons
 // ---- the roll call ----
 
 void Membership::answer(std::int64_t reached, bool failed_there) {
+  fault_point("dist.roll_call");  // a rank that dies here is missing from the roll call, deterministically
   // Serialised and monotonic: the watcher's answer, computed before the failing call's own, must not
   // overwrite it with a lower sequence number.
   std::lock_guard<std::mutex> lock(answer_mu_);

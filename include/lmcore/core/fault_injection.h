@@ -23,7 +23,8 @@
 // Sites in lmcore: "fsdp.forward" (a unit's parameters requested in a forward pass),
 // "fsdp.reduce_scatter" (a unit's gradient reduce-scatter issued), "checkpoint.shard" (this rank's
 // shard file of a sharded checkpoint written, the others possibly not), "elastic.snapshot" (an
-// in-memory checkpoint's replicas exchanged, not yet committed), "train.step" (a training step begins).
+// in-memory checkpoint's replicas exchanged, not yet committed), "train.step" (a training step begins),
+// "dist.roll_call" (this rank is about to answer a process group's roll call after a failure).
 #pragma once
 
 #include <string>
