@@ -9,13 +9,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -32,9 +36,37 @@ namespace lmcore::dist::testing {
                                fmt::format(__VA_ARGS__));                                              \
   } while (0)
 
+// The folders fresh_dir made, removed when the process that made them ends normally. Ranks are forked
+// and leave through _exit, so a rank never removes a folder its test process still uses; each entry
+// keeps the pid that made it for a rank that makes its own.
+class FreshDirs {
+ public:
+  static FreshDirs& get() {
+    static FreshDirs dirs;
+    return dirs;
+  }
+  void add(std::string path) {
+    std::lock_guard<std::mutex> lock(mu_);
+    dirs_.emplace_back(getpid(), std::move(path));
+  }
+  ~FreshDirs() {
+    for (const auto& [pid, path] : dirs_) {
+      std::error_code ec;  // a destructor must not throw; an unremovable entry only stays behind
+      if (pid == getpid()) std::filesystem::remove_all(path, ec);
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::pair<pid_t, std::string>> dirs_;
+};
+
+// A new folder under $TMPDIR (else /tmp), removed when the test process ends.
 inline std::string fresh_dir(const char* tag) {
-  std::string tmpl = fmt::format("/tmp/lmcore-{}-XXXXXX", tag);
-  if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  const char* tmp = std::getenv("TMPDIR");
+  std::string tmpl = fmt::format("{}/lmcore-{}-XXXXXX", tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", tag);
+  if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error(fmt::format("mkdtemp {}: {}", tmpl, strerror(errno)));
+  FreshDirs::get().add(tmpl);
   return tmpl;
 }
 
