@@ -9,9 +9,12 @@
 #pragma once
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <CLI/CLI.hpp>
 
@@ -46,18 +49,23 @@ inline void check_integer_options(CLI::App& app) {
 }
 
 // Bounds whose messages people can read (CLI11 2.1's PositiveNumber and NonNegativeNumber print a
-// range up to DBL_MAX in full).
-inline CLI::Validator at_least(double lowest, const char* what) {
+// range up to DBL_MAX in full). NaN and infinity are never in range: "--lr nan" used to reach the
+// optimizer, whose own check exits 1 without naming the option.
+inline CLI::Validator in_range(double lowest, double highest, bool highest_open, std::string what) {
   return CLI::Validator(
-      [lowest, what](std::string& text) -> std::string {
+      [=](std::string& text) -> std::string {
         char* end = nullptr;
         const double v = std::strtod(text.c_str(), &end);
         if (end == text.c_str()) return "";  // not a number: CLI11 reports it
-        return v >= lowest ? "" : std::string("expected ") + what + ", found " + text;
+        const bool ok = std::isfinite(v) && v >= lowest && (highest_open ? v < highest : v <= highest);
+        return ok ? "" : "expected " + what + ", found " + text;
       },
       "");
 }
-inline CLI::Validator positive() { return at_least(1e-300, "a positive number"); }
+inline CLI::Validator at_least(double lowest, std::string what) {
+  return in_range(lowest, std::numeric_limits<double>::infinity(), false, std::move(what));
+}
+inline CLI::Validator positive() { return at_least(std::numeric_limits<double>::denorm_min(), "a positive number"); }
 inline CLI::Validator non_negative() { return at_least(0.0, "a number >= 0"); }
 
 // The exit code when the command must stop after parsing (0: help or version printed; 2: usage

@@ -1,9 +1,15 @@
 // lmcore generate — sample text from a checkpoint with a KV cache; prompts and samples go through the
 // checkpoint's tokenizer.json when it has one, else the built-in byte-level vocabulary.
 #include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -29,6 +35,24 @@ struct ByteCodec {
   std::string decode(std::int32_t id) const { return id < 256 ? std::string(1, static_cast<char>(id)) : std::string(); }
 };
 
+// "12 7 300" -> ids; nullopt when a word is not a whole integer in [0, 2^31) (a cast to int32 used to
+// wrap 4294967297 to token 1 without a word).
+std::optional<std::vector<std::int32_t>> parse_token_ids(const std::string& text) {
+  std::vector<std::int32_t> ids;
+  std::istringstream in(text);
+  std::string word;
+  while (in >> word) {
+    errno = 0;
+    char* end = nullptr;
+    const long long v = std::strtoll(word.c_str(), &end, 10);
+    if (errno != 0 || end != word.c_str() + word.size() || v < 0 || v > std::numeric_limits<std::int32_t>::max()) {
+      return std::nullopt;
+    }
+    ids.push_back(static_cast<std::int32_t>(v));
+  }
+  return ids;
+}
+
 }  // namespace
 
 int run_generate(int argc, char** argv) {
@@ -38,13 +62,26 @@ int run_generate(int argc, char** argv) {
   std::string checkpoint, prompt, prompt_ids;
   model::SampleOptions o;
   app.add_option("--checkpoint", checkpoint, "checkpoint folder, or run folder (its newest checkpoint)")->required();
-  app.add_option("--prompt", prompt, "text to continue (tokenized with the checkpoint's tokenizer)");
-  app.add_option("--prompt-ids", prompt_ids, "token ids to continue, separated by spaces (instead of --prompt)");
+  CLI::Option* text =
+      app.add_option("--prompt", prompt, "text to continue (tokenized with the checkpoint's tokenizer)");
+  app.add_option("--prompt-ids", prompt_ids, "token ids to continue, separated by spaces (instead of --prompt)")
+      ->excludes(text);
   app.add_option("--max-tokens", o.max_tokens, "tokens to sample")->check(cli::non_negative())->capture_default_str();
-  app.add_option("--temperature", o.temperature, "softmax temperature (0: greedy)")->capture_default_str();
-  app.add_option("--top-k", o.top_k, "sample among the k most likely tokens (0: all)")->capture_default_str();
+  app.add_option("--temperature", o.temperature, "softmax temperature (0: greedy)")
+      ->check(cli::non_negative())
+      ->capture_default_str();
+  app.add_option("--top-k", o.top_k, "sample among the k most likely tokens (0: all)")
+      ->check(cli::non_negative())
+      ->capture_default_str();
   app.add_option("--seed", o.seed, "seed of the sampling")->capture_default_str();
   LMCORE_PARSE_ARGS(app, argc, argv);
+  // --prompt-ids is read before anything loads, so a malformed list is a usage error.
+  const std::optional<std::vector<std::int32_t>> ids_from_text = parse_token_ids(prompt_ids);
+  if (!ids_from_text) {
+    fmt::print(stderr, "--prompt-ids: expected token ids in [0, 2147483647] separated by spaces, found '{}'\n",
+               prompt_ids);
+    return cli::kUsageError;
+  }
   try {
     const std::string dir = train::resolve_checkpoint(checkpoint);
     const model::LoadedModel m = model::load_model_folder(dir);
@@ -60,10 +97,7 @@ int run_generate(int argc, char** argv) {
     const bool bytes = !tok && m.config.vocab_size == 257 && m.config.eos_token_id == 256;
     std::vector<std::int32_t> ids;
     if (!prompt_ids.empty()) {
-      std::istringstream in(prompt_ids);
-      long long v;
-      while (in >> v) ids.push_back(static_cast<std::int32_t>(v));
-      LMCORE_CHECK(in.eof(), "--prompt-ids: expected integers separated by spaces, found '{}'", prompt_ids);
+      ids = *ids_from_text;
     } else {
       LMCORE_CHECK(tok || bytes, "{}: no tokenizer.json and not a byte-level model; give --prompt-ids", dir);
       // Training documents start after the end-of-text token (llm.c's layout): so does the prompt.

@@ -24,24 +24,42 @@ int run_train(int argc, char** argv) {
                  "run folder (checkpoints, metrics.jsonl, report.html); default: with --resume the resumed run's "
                  "folder, else runs/default, or runs/default-2, -3, ... when it holds an earlier run");
   app.add_option("--max-steps", o.max_steps, "optimizer steps (0: from --time-budget, else 1000)")
+      ->check(non_negative())
       ->capture_default_str();
   app.add_option("--time-budget", o.time_budget,
                  "seconds to train when --max-steps is 0: the steps are calibrated on this machine (0: off; the "
                  "built-in default uses 120)")
+      ->check(non_negative())
       ->capture_default_str();
-  app.add_option("--batch-size", o.batch_size, "sequences per micro-batch")->capture_default_str();
-  app.add_option("--seq-len", o.seq_len, "tokens per sequence")->capture_default_str();
-  app.add_option("--grad-accum", o.grad_accum, "micro-batches per optimizer step")->capture_default_str();
-  app.add_option("--lr", o.lr, "peak learning rate")->capture_default_str();
-  app.add_option("--min-lr-ratio", o.min_lr_ratio, "final learning rate as a fraction of --lr")->capture_default_str();
-  app.add_option("--warmup", o.warmup, "warmup steps (-1: 5% of --max-steps, at most 200)")->capture_default_str();
-  app.add_option("--schedule", schedule, "learning-rate schedule: cosine | wsd | constant")->capture_default_str();
+  app.add_option("--batch-size", o.batch_size, "sequences per micro-batch")->check(positive())->capture_default_str();
+  app.add_option("--seq-len", o.seq_len, "tokens per sequence")->check(positive())->capture_default_str();
+  app.add_option("--grad-accum", o.grad_accum, "micro-batches per optimizer step")
+      ->check(positive())
+      ->capture_default_str();
+  app.add_option("--lr", o.lr, "peak learning rate")->check(positive())->capture_default_str();
+  app.add_option("--min-lr-ratio", o.min_lr_ratio, "final learning rate as a fraction of --lr")
+      ->check(in_range(0, 1, false, "a fraction in [0, 1]"))
+      ->capture_default_str();
+  app.add_option("--warmup", o.warmup, "warmup steps (-1: 5% of --max-steps, at most 200)")
+      ->check(at_least(-1, "-1 or a number of steps >= 0"))
+      ->capture_default_str();
+  app.add_option("--schedule", schedule, "learning-rate schedule: cosine | wsd | constant")
+      ->check(CLI::IsMember({"cosine", "wsd", "constant"}))
+      ->capture_default_str();
   app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay (not on norms and embeddings)")
+      ->check(non_negative())
       ->capture_default_str();
-  app.add_option("--beta1", o.beta1, "AdamW beta1")->capture_default_str();
-  app.add_option("--beta2", o.beta2, "AdamW beta2")->capture_default_str();
-  app.add_option("--grad-clip", o.grad_clip, "global gradient-norm clip (0 disables)")->capture_default_str();
+  app.add_option("--beta1", o.beta1, "AdamW beta1")
+      ->check(in_range(0, 1, true, "a number in [0, 1)"))
+      ->capture_default_str();
+  app.add_option("--beta2", o.beta2, "AdamW beta2")
+      ->check(in_range(0, 1, true, "a number in [0, 1)"))
+      ->capture_default_str();
+  app.add_option("--grad-clip", o.grad_clip, "global gradient-norm clip (0 disables)")
+      ->check(non_negative())
+      ->capture_default_str();
   app.add_option("--dtype", dtype, "compute dtype: f32 | bf16 (master weights and optimizer stay f32)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
   app.add_flag("--recompute", o.recompute, "recompute each block's activations in backward instead of keeping them");
   std::string codegen = "off";
@@ -57,20 +75,29 @@ int run_train(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   app.add_option("--checkpoint-every", o.checkpoint_every, "steps between checkpoints (0: only at the end)")
+      ->check(non_negative())
       ->capture_default_str();
-  app.add_option("--keep-checkpoints", o.keep_checkpoints, "newest checkpoints kept")->capture_default_str();
+  app.add_option("--keep-checkpoints", o.keep_checkpoints, "newest checkpoints kept")
+      ->check(positive())
+      ->capture_default_str();
   app.add_option("--eval-every", o.eval_every, "steps between validation losses (0: --max-steps / 10)")
+      ->check(non_negative())
       ->capture_default_str();
-  app.add_option("--eval-batches", o.eval_batches, "batches per validation loss")->capture_default_str();
+  app.add_option("--eval-batches", o.eval_batches, "batches per validation loss")
+      ->check(positive())
+      ->capture_default_str();
   app.add_option("--resume", o.resume, "continue from a checkpoint folder, or a run folder's newest checkpoint");
   app.add_option("--seed", o.seed, "seed of the initialisation and the data order")->capture_default_str();
   app.add_option("--log", o.log, "JSON-lines metrics log (default: RUN/metrics.jsonl)");
-  app.add_option("--threads", o.threads, "threads (0: LMCORE_NUM_THREADS or all cores)")->capture_default_str();
+  app.add_option("--threads", o.threads, "threads (0: LMCORE_NUM_THREADS or all cores)")
+      ->check(non_negative())
+      ->capture_default_str();
   app.add_flag("--quiet", o.quiet, "no progress line");
   std::string reshard = "true", reduce_dtype = "f32", param_dtype;
   app.add_option("--global-batch", o.global_batch,
                  "sequences per optimizer step over all ranks (0: batch-size x ranks x grad-accum; else it sets "
                  "--grad-accum)")
+      ->check(non_negative())
       ->capture_default_str();
   app.add_flag("--fsdp", o.fsdp,
                "shard parameters, gradients and optimizer state over the ranks of `lmcore launch` (FSDP2-style)");
@@ -78,21 +105,27 @@ int run_train(int argc, char** argv) {
                  "with --fsdp: true (free full parameters after forward), false (keep them) or K (keep 1/K, "
                  "all-gather within K ranks in backward)")
       ->capture_default_str();
-  app.add_option("--prefetch", o.prefetch, "with --fsdp: units whose all-gather is issued ahead")->capture_default_str();
+  app.add_option("--prefetch", o.prefetch, "with --fsdp: units whose all-gather is issued ahead")
+      ->check(non_negative())
+      ->capture_default_str();
   app.add_flag("--separate-rs-group", o.separate_rs_group,
                "with --fsdp: reduce-scatters on their own process group, overlapping the all-gathers");
-  app.add_option("--param-dtype", param_dtype, "with --fsdp: dtype parameters are gathered and computed in (= --dtype)");
+  app.add_option("--param-dtype", param_dtype, "with --fsdp: dtype parameters are gathered and computed in (= --dtype)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   app.add_option("--reduce-dtype", reduce_dtype, "with --fsdp: dtype gradients are reduce-scattered in: f32 | bf16")
+      ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
   app.add_flag("--elastic", o.elastic,
                "with --fsdp: when a rank dies or is cut off, the others shrink to the survivors, reload the last "
                "checkpoint re-sharded and go on (same global batch); restarted ranks rejoin at checkpoints (use "
                "`lmcore launch --keep-going [--restart-failed K]`)");
   app.add_option("--min-ranks", o.min_ranks, "with --elastic: fewer ranks left stop the job with a checkpoint")
+      ->check(positive())
       ->capture_default_str();
   app.add_option("--memory-checkpoint-every", o.memory_checkpoint_every,
                  "with --elastic: steps between in-memory checkpoints (each rank also keeps its neighbour's shard; "
                  "0: none, recovery reads --checkpoint-every's from disk)")
+      ->check(non_negative())
       ->capture_default_str();
   LMCORE_PARSE_ARGS(app, argc, argv);
   try {
@@ -120,9 +153,6 @@ int run_train(int argc, char** argv) {
     LMCORE_CHECK(!o.elastic || o.fsdp, "--elastic needs --fsdp");
     LMCORE_CHECK(o.elastic || (o.min_ranks == 1 && o.memory_checkpoint_every == 0),
                  "--min-ranks and --memory-checkpoint-every need --elastic");
-    LMCORE_CHECK(o.min_ranks >= 1 && o.memory_checkpoint_every >= 0,
-                 "--min-ranks must be >= 1 and --memory-checkpoint-every >= 0, found {} and {}", o.min_ranks,
-                 o.memory_checkpoint_every);
   } catch (const Error& e) {
     fmt::print(stderr, "lmcore train: {}\n", e.what());
     return 2;

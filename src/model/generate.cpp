@@ -139,7 +139,9 @@ const std::vector<float>& Generator::feed(std::int32_t token) {
 
 std::int32_t Generator::sample(const std::vector<float>& logits, double temperature, std::int64_t top_k, double u) {
   LMCORE_CHECK(!logits.empty(), "sample: no logits");
-  LMCORE_CHECK(temperature >= 0 && std::isfinite(temperature), "sample: temperature must be >= 0, found {}", temperature);
+  LMCORE_CHECK(temperature >= 0 && std::isfinite(temperature),
+               "sample: temperature must be a finite number >= 0, found {}", temperature);
+  LMCORE_CHECK(top_k >= 0, "sample: top_k must be >= 0 (0: all), found {}", top_k);
   const auto n = static_cast<std::int64_t>(logits.size());
   if (temperature == 0) return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   std::vector<std::int32_t> idx(static_cast<std::size_t>(n));

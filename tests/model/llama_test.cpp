@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -175,7 +176,12 @@ TEST(Generator, SamplingRules) {
   EXPECT_EQ(Generator::sample(logits, 1.0, 2, 0.51), 4);
   // Whole vocabulary: u just below 1 picks the least likely kept token.
   EXPECT_EQ(Generator::sample(logits, 1.0, 0, 0.999999), 3);
-  EXPECT_NE(error_of([&] { Generator::sample(logits, -1.0, 0, 0.5); }).find("temperature must be >= 0"),
+  for (double bad : {-1.0, std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()}) {
+    EXPECT_NE(error_of([&] { Generator::sample(logits, bad, 0, 0.5); }).find("temperature must be a finite number >= 0"),
+              std::string::npos)
+        << bad;
+  }
+  EXPECT_NE(error_of([&] { Generator::sample(logits, 1.0, -3, 0.5); }).find("top_k must be >= 0 (0: all), found -3"),
             std::string::npos);
 }
 

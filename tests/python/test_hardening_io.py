@@ -328,6 +328,42 @@ def test_usage_errors_exit_2(args):
     assert time.time() - start < 30
 
 
+# Out-of-range option values are usage errors that name the option. Before: "train --lr nan" and
+# "--seq-len 0" exited 1 with the optimizer's or the trainer's words ("AdamW: eps must be > 0 and
+# weight_decay >= 0, found 1e-08 and -1" for --weight-decay -1), "generate --top-k -3" sampled from the
+# whole vocabulary, "--prompt-ids 4294967297" wrapped to token 1, and --prompt beside --prompt-ids was
+# dropped without a word.
+@pytest.mark.parametrize("args,named", [
+    (["train", "--lr", "nan"], "--lr"), (["train", "--lr", "inf"], "--lr"), (["train", "--lr", "-1"], "--lr"),
+    (["train", "--lr", "1e400"], "--lr"), (["train", "--seq-len", "0"], "--seq-len"),
+    (["train", "--batch-size", "0"], "--batch-size"), (["train", "--grad-accum", "0"], "--grad-accum"),
+    (["train", "--max-steps", "-1"], "--max-steps"), (["train", "--time-budget", "nan"], "--time-budget"),
+    (["train", "--min-lr-ratio", "1.5"], "--min-lr-ratio"), (["train", "--warmup", "-2"], "--warmup"),
+    (["train", "--weight-decay", "-1"], "--weight-decay"), (["train", "--beta1", "1"], "--beta1"),
+    (["train", "--beta2", "nan"], "--beta2"), (["train", "--grad-clip", "-0.5"], "--grad-clip"),
+    (["train", "--dtype", "f64"], "--dtype"), (["train", "--schedule", "linear"], "--schedule"),
+    (["train", "--keep-checkpoints", "0"], "--keep-checkpoints"), (["train", "--eval-batches", "0"], "--eval-batches"),
+    (["train", "--eval-every", "-1"], "--eval-every"), (["train", "--checkpoint-every", "-1"], "--checkpoint-every"),
+    (["train", "--threads", "-1"], "--threads"), (["train", "--global-batch", "-4"], "--global-batch"),
+    (["train", "--fsdp", "--prefetch", "-1"], "--prefetch"),
+    (["train", "--fsdp", "--reduce-dtype", "f16"], "--reduce-dtype"),
+    (["train", "--fsdp", "--param-dtype", "i8"], "--param-dtype"),
+    (["train", "--fsdp", "--elastic", "--min-ranks", "0"], "--min-ranks"),
+    (["generate", "--checkpoint", "/nonexistent", "--temperature", "nan"], "--temperature"),
+    (["generate", "--checkpoint", "/nonexistent", "--temperature", "-1"], "--temperature"),
+    (["generate", "--checkpoint", "/nonexistent", "--top-k", "-3"], "--top-k"),
+    (["generate", "--checkpoint", "/nonexistent", "--prompt-ids", "4294967297"], "--prompt-ids"),
+    (["generate", "--checkpoint", "/nonexistent", "--prompt-ids", "-1 2"], "--prompt-ids"),
+    (["generate", "--checkpoint", "/nonexistent", "--prompt-ids", "1 x"], "--prompt-ids"),
+    (["generate", "--checkpoint", "/nonexistent", "--prompt", "a", "--prompt-ids", "1"], "--prompt"),
+])
+def test_option_values_out_of_range_are_usage_errors_naming_the_option(args, named):
+    r = subprocess.run([str(CLI), *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, (args, r.returncode, r.stderr)
+    assert named in r.stderr, (args, r.stderr)
+    assert not r.stdout.strip(), (args, r.stdout)  # nothing ran
+
+
 def test_bench_suite_help_lists_its_arguments():
     r = run_cli("bench", "lce", "--help")
     for form in ["--n=N", "--h=H", "--v=V", "--dtype=DTYPE", "--budget-mib=MIB", "--repeats=N"]:
