@@ -24,10 +24,15 @@ int run_tokenize(int argc, char** argv) {
   app.add_option("--out-dir", o.out_dir, "folder for train_NNNNNN.bin, val_NNNNNN.bin and tokenizer.json")->required();
   app.add_option("--val-fraction", o.val_fraction,
                  "share for validation: whole documents (files) by a hash of the path, or the end of a single file")
+      ->check(in_range(0, 1, true, "a fraction in [0, 1)"))
       ->capture_default_str();
-  app.add_option("--shard-tokens", o.shard_tokens, "tokens per shard")->capture_default_str();
+  app.add_option("--shard-tokens", o.shard_tokens, "tokens per shard")
+      ->check(in_range(1, 2147483647, false, "a count in [1, 2^31 - 1] (an int32 in the shard header)"))
+      ->capture_default_str();
   app.add_option("--eot", o.eot, "document separator token (default: <|endoftext|>, <|end_of_text|>, </s> or <eos>)");
-  app.add_option("--threads", threads, "threads (0: LMCORE_NUM_THREADS or all cores)")->capture_default_str();
+  app.add_option("--threads", threads, "threads (0: LMCORE_NUM_THREADS or all cores)")
+      ->check(non_negative())
+      ->capture_default_str();
   app.add_flag("--quiet", quiet, "no progress lines");
   app.add_option("files", files, "text files, one document each")->required();
   LMCORE_PARSE_ARGS(app, argc, argv);

@@ -48,6 +48,7 @@ int run_tokenizer(int argc, char** argv) {
   int threads = 0;
   bool quiet = false;
   train->add_option("--vocab-size", o.vocab_size, "tokens in all: 256 bytes + merges + special tokens")
+      ->check(in_range(256, 1 << 24, false, "a size in [256, 2^24] (256 bytes + merges + special tokens)"))
       ->required();
   train->add_option("--special", specials, "special token (repeat the option for more)")
       ->expected(1)
@@ -56,9 +57,13 @@ int run_tokenizer(int argc, char** argv) {
   train->add_option("--pattern", o.pattern, "split pattern: gpt2 | llama3")
       ->check(CLI::IsMember({"gpt2", "llama3"}))
       ->capture_default_str();
-  train->add_option("--min-frequency", o.min_frequency, "pairs seen fewer times are not merged")->capture_default_str();
+  train->add_option("--min-frequency", o.min_frequency, "pairs seen fewer times are not merged")
+      ->check(non_negative())
+      ->capture_default_str();
   train->add_option("--out", out, "tokenizer.json to write")->required();
-  train->add_option("--threads", threads, "threads (0: LMCORE_NUM_THREADS or all cores)")->capture_default_str();
+  train->add_option("--threads", threads, "threads (0: LMCORE_NUM_THREADS or all cores)")
+      ->check(non_negative())
+      ->capture_default_str();
   train->add_flag("--quiet", quiet, "no progress lines");
   train->add_option("files", files, "text files to train on")->required();
 

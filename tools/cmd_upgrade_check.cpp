@@ -60,7 +60,9 @@ int run_upgrade_check(int argc, char** argv) {
   app.add_flag("--no-prefilter", no_prefilter,
                "tokenize every Python file, also those that name none of the removed or renamed APIs (they can "
                "give no finding; this also reports their syntax and encoding errors, and is slower)");
-  app.add_option("--threads", threads, "worker threads (default: LMCORE_NUM_THREADS or cores)");
+  app.add_option("--threads", threads, "worker threads (0: LMCORE_NUM_THREADS or cores)")
+      ->check(non_negative())
+      ->capture_default_str();
   app.add_flag("--no-cuda-env", no_cuda_env, "do not probe the installed CUDA toolkit/runtime");
   app.add_option("--cuda-root", cuda_roots, "probe these CUDA install folders instead of the default places")
       ->allow_extra_args(false);

@@ -331,8 +331,8 @@ def test_usage_errors_exit_2(args):
 # Out-of-range option values are usage errors that name the option. Before: "train --lr nan" and
 # "--seq-len 0" exited 1 with the optimizer's or the trainer's words ("AdamW: eps must be > 0 and
 # weight_decay >= 0, found 1e-08 and -1" for --weight-decay -1), "generate --top-k -3" sampled from the
-# whole vocabulary, "--prompt-ids 4294967297" wrapped to token 1, and --prompt beside --prompt-ids was
-# dropped without a word.
+# whole vocabulary, "--prompt-ids 4294967297" wrapped to token 1, --prompt beside --prompt-ids was
+# dropped without a word, and tokenize, tokenizer train and upgrade-check ran with "--threads -2".
 @pytest.mark.parametrize("args,named", [
     (["train", "--lr", "nan"], "--lr"), (["train", "--lr", "inf"], "--lr"), (["train", "--lr", "-1"], "--lr"),
     (["train", "--lr", "1e400"], "--lr"), (["train", "--seq-len", "0"], "--seq-len"),
@@ -356,6 +356,14 @@ def test_usage_errors_exit_2(args):
     (["generate", "--checkpoint", "/nonexistent", "--prompt-ids", "-1 2"], "--prompt-ids"),
     (["generate", "--checkpoint", "/nonexistent", "--prompt-ids", "1 x"], "--prompt-ids"),
     (["generate", "--checkpoint", "/nonexistent", "--prompt", "a", "--prompt-ids", "1"], "--prompt"),
+    (["tokenize", "a.txt", "--tokenizer", "t.json", "--out-dir", "o", "--threads", "-2"], "--threads"),
+    (["tokenize", "a.txt", "--tokenizer", "t.json", "--out-dir", "o", "--val-fraction", "nan"], "--val-fraction"),
+    (["tokenize", "a.txt", "--tokenizer", "t.json", "--out-dir", "o", "--shard-tokens", "0"], "--shard-tokens"),
+    (["tokenizer", "train", "a.txt", "--out", "t.json", "--vocab-size", "99999999999"], "--vocab-size"),
+    (["tokenizer", "train", "a.txt", "--out", "t.json", "--vocab-size", "300", "--min-frequency", "-1"],
+     "--min-frequency"),
+    (["tokenizer", "train", "a.txt", "--out", "t.json", "--vocab-size", "300", "--threads", "-1"], "--threads"),
+    (["upgrade-check", "--threads", "-3", "a.py"], "--threads"),
 ])
 def test_option_values_out_of_range_are_usage_errors_naming_the_option(args, named):
     r = subprocess.run([str(CLI), *args], capture_output=True, text=True, timeout=60)
