@@ -104,7 +104,9 @@ GroupConfig GroupConfig::resolve(const GroupOptions& o) {
   LMCORE_CHECK(timeout.count() > 0, "ProcessGroup: timeout must be positive, found {} ms", timeout.count());
   c.call_timeout_ms_ = timeout.count();
   c.connect_timeout = o.connect_timeout;
-  if (const int t = env_int("LMCORE_DIST_CONNECT_TIMEOUT_MS", 0, 1, kMaxInt); t > 0) c.connect_timeout = std::chrono::milliseconds(t);
+  if (const int t = env_int("LMCORE_DIST_CONNECT_TIMEOUT_MS", 0, 1, kMaxInt); t > 0) {
+    c.connect_timeout = std::chrono::milliseconds(t);
+  }
   LMCORE_CHECK(c.connect_timeout.count() > 0, "ProcessGroup: connect_timeout must be positive, found {} ms",
                c.connect_timeout.count());
   c.trace_size = o.trace_size;

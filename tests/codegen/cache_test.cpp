@@ -175,7 +175,8 @@ TEST(CodegenCompiler, EnvironmentIsValidated) {
       Options::from_env();
       ADD_FAILURE() << name << "=" << value << " accepted";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(std::string(name) + "=" + value + ": expected"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::string(name) + "=" + value + ": expected"), std::string::npos)
+          << e.what();
     }
     ::unsetenv(name);
   }

@@ -177,7 +177,8 @@ TEST(Generator, SamplingRules) {
   // Whole vocabulary: u just below 1 picks the least likely kept token.
   EXPECT_EQ(Generator::sample(logits, 1.0, 0, 0.999999), 3);
   for (double bad : {-1.0, std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()}) {
-    EXPECT_NE(error_of([&] { Generator::sample(logits, bad, 0, 0.5); }).find("temperature must be a finite number >= 0"),
+    EXPECT_NE(error_of([&] { Generator::sample(logits, bad, 0, 0.5); })
+                  .find("temperature must be a finite number >= 0"),
               std::string::npos)
         << bad;
   }
