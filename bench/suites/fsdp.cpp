@@ -3,6 +3,8 @@
 // reduce-scatter group (prefetch depth 1, and 2 with the group), over loopback and over network
 // namespaces joined by shaped links (bench/fsdp_netns.sh: needs root). Hidden = 1 - exposed / the
 // step's collectives run back to back (measured by each run before training, on the same links).
+// Cores busy = the machine's CPU use while the measured steps ran: where it nears 100%, the cores and
+// not the link bound the overlapped step.
 //
 // Each configuration is one `lmcore train --fsdp` run (its ranks started by `lmcore launch`, or by the
 // namespace script) on the built-in corpus; the figures are rank 0's medians over the steps after the
@@ -10,9 +12,12 @@
 // --rate=1gbit --steps=N --batch=N pick a subset.
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -62,6 +67,70 @@ RunFigures read_run(const std::string& out_dir, std::int64_t skip) {
   f.wait_s = median(wait);
   return f;
 }
+
+// The machine's CPU time from /proc/stat's first line, in ticks: busy (all but idle and iowait) and total.
+struct CpuTicks {
+  std::uint64_t busy = 0, total = 0;
+};
+
+CpuTicks read_cpu_ticks() {
+  std::ifstream in("/proc/stat");
+  std::string cpu;
+  std::uint64_t v[8] = {};
+  in >> cpu;
+  for (auto& x : v) in >> x;
+  CpuTicks t;
+  if (!in || cpu != "cpu") return t;
+  for (auto x : v) t.total += x;
+  t.busy = t.total - v[3] - v[4];  // user nice system [idle iowait] irq softirq steal
+  return t;
+}
+
+// Steps rank 0 has logged so far.
+std::int64_t logged_steps(const std::string& out_dir) {
+  std::ifstream in(out_dir + "/metrics.jsonl");
+  std::string line;
+  std::int64_t n = 0;
+  while (std::getline(in, line)) n += line.find("\"event\":\"step\"") != std::string::npos;
+  return n;
+}
+
+// How busy the machine's cores were while a run trained its steps after the first `skip`: a thread
+// watches the run's log and reads /proc/stat when step `skip` and each later step appear, so start-up
+// and the collectives timed before training stay out. A step at ~100% is bound by the cores, not by
+// the link: overlap then cannot shorten it further. -1 when fewer than two of those steps were seen.
+class BusySampler {
+ public:
+  BusySampler(std::string out_dir, std::int64_t skip)
+      : thread_([this, dir = std::move(out_dir), skip] {
+          std::int64_t seen = 0;
+          while (!stop_.load()) {
+            const std::int64_t n = logged_steps(dir);
+            if (n > seen && n >= skip) {
+              const CpuTicks now = read_cpu_ticks();
+              if (first_.total == 0) first_ = now;
+              else last_ = now;
+              seen = n;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          }
+        }) {}
+  // Stops watching; the busy fraction in [0, 1], or -1.
+  double finish() {
+    stop_.store(true);
+    thread_.join();
+    return last_.total > first_.total ? static_cast<double>(last_.busy - first_.busy) / (last_.total - first_.total)
+                                      : -1.0;
+  }
+  ~BusySampler() {
+    if (thread_.joinable()) finish();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  CpuTicks first_, last_;
+  std::thread thread_;  // last: it starts once the fields above exist
+};
 
 std::string self_exe() {
   std::error_code ec;
@@ -131,7 +200,7 @@ std::vector<BenchTable> run_fsdp_suite(const BenchOptions& options) {
   t.title = fmt::format("FSDP training step ({:.1f}M parameters, {} x 128 tokens per rank, 1 thread per rank)",
                         static_cast<double>(c.num_parameters()) / 1e6, batch);
   t.columns = {"network", "ranks", "prefetch", "separate RS", "step s", "tokens/s", "exposed comm s", "comm s",
-               "hidden %", "x neither"};
+               "hidden %", "cores busy %", "x neither"};
   struct Variant {
     int prefetch;
     bool separate;
@@ -159,7 +228,9 @@ std::vector<BenchTable> run_fsdp_suite(const BenchOptions& options) {
                 ? fmt::format("{} launch --nproc {} -- {} > {}.log 2>&1", exe, ranks, train_cmd, out)
                 : fmt::format("bash {} --ranks {} --rate {} --delay 1ms -- {} > {}.log 2>&1", script, ranks, rate,
                               train_cmd, out);
+        BusySampler busy(out, 2);
         const int rc = std::system(cmd.c_str());
+        const double busy_fraction = busy.finish();
         RunFigures f = rc == 0 ? read_run(out, 2) : RunFigures{.error = fmt::format("exit status {}", rc)};
         if (!f.error.empty()) {
           std::ifstream log(out + ".log");
@@ -178,6 +249,7 @@ std::vector<BenchTable> run_fsdp_suite(const BenchOptions& options) {
         t.rows.push_back({net == "shaped" ? fmt::format("shaped {}", rate) : net, ranks, v.prefetch,
                           v.separate ? "yes" : "no", r3(f.step_s), std::round(f.tokens_per_s), r3(f.wait_s),
                           r3(f.comm_s), f.comm_s > 0 ? std::round(1000 * (1 - f.wait_s / f.comm_s)) / 10 : -1.0,
+                          busy_fraction >= 0 ? std::round(1000 * busy_fraction) / 10 : -1.0,
                           neither > 0 ? nlohmann::json(std::round(100 * neither / f.step_s) / 100) : nlohmann::json("-")});
       }
     }
@@ -185,6 +257,9 @@ std::vector<BenchTable> run_fsdp_suite(const BenchOptions& options) {
   t.notes.push_back(fmt::format("step s, tokens/s, exposed comm: rank 0's medians over steps 3..{}; comm s: the step's "
                                 "collectives back to back with no compute (measured by the same run, same links)",
                                 steps));
+  t.notes.push_back(fmt::format("cores busy: all {} cores of this machine (/proc/stat: not idle, not waiting for I/O) "
+                                "while steps 3..{} ran; near 100 the step is bound by the cores, not by the link",
+                                std::thread::hardware_concurrency(), steps));
   t.notes.push_back("shaped: bench/fsdp_netns.sh (network namespaces, veth, tc netem, or tbf rate limit where the kernel "
                     "has no netem)");
   std::filesystem::remove_all(tmp);
