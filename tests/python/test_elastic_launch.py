@@ -61,7 +61,8 @@ def test_restart_failed_help_and_usage():
 def test_elastic_usage_errors_exit_2():
     for args, msg in ((["--elastic"], "--elastic needs --fsdp"),
                       (["--fsdp", "--min-ranks", "2"], "--min-ranks and --memory-checkpoint-every need --elastic"),
-                      (["--fsdp", "--elastic", "--min-ranks", "0"], "--min-ranks must be >= 1")):
+                      (["--fsdp", "--elastic", "--min-ranks", "0"],
+                       "--min-ranks: expected a positive number, found 0")):
         p = subprocess.run([str(LMCORE), "train", *args], capture_output=True, text=True)
         assert p.returncode == 2 and msg in p.stderr, (args, p.returncode, p.stderr)
 
