@@ -5,6 +5,7 @@
 
 #include "lmcore/core/error.h"
 #include "lmcore/core/parallel.h"
+#include "src/train/adamw_kernel.h"
 
 namespace lmcore::train {
 
@@ -65,27 +66,25 @@ void AdamW::step(float* params, const float* grads, double lr) {
   ++steps_;
   const double t = static_cast<double>(steps_);
   // Scalars as torch forms them: Python floats (f64), used in f32 by the f32 kernels.
-  const float decay_scale = static_cast<float>(1.0 - lr * options_.weight_decay);
-  const float b1 = static_cast<float>(options_.beta1), one_minus_b1 = static_cast<float>(1.0 - options_.beta1);
-  const float b2 = static_cast<float>(options_.beta2), one_minus_b2 = static_cast<float>(1.0 - options_.beta2);
-  const float step_size = static_cast<float>(lr / (1.0 - std::pow(options_.beta1, t)));
-  const float bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(options_.beta2, t)));
-  const float eps = static_cast<float>(options_.eps);
+  detail::AdamWScalars s{};
+  s.decay_scale = static_cast<float>(1.0 - lr * options_.weight_decay);
+  s.beta1 = static_cast<float>(options_.beta1);
+  s.one_minus_beta1 = static_cast<float>(1.0 - options_.beta1);
+  s.beta2 = static_cast<float>(options_.beta2);
+  s.one_minus_beta2 = static_cast<float>(1.0 - options_.beta2);
+  s.step_size = static_cast<float>(lr / (1.0 - std::pow(options_.beta1, t)));
+  s.bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(options_.beta2, t)));
+  s.eps = static_cast<float>(options_.eps);
   float* m = m_.data<float>();
   float* v = v_.data<float>();
-  for (const Segment& s : segments_) {
-    parallel_for(s.begin, s.end, 16384, [&](std::int64_t lo, std::int64_t hi) {
-      if (s.decay)
-        for (std::int64_t i = lo; i < hi; ++i) params[i] *= decay_scale;
-      for (std::int64_t i = lo; i < hi; ++i) {
-        const float g = grads[i];
-        m[i] = m[i] * b1 + g * one_minus_b1;
-        v[i] = v[i] * b2 + one_minus_b2 * g * g;
-        const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
-        params[i] = params[i] + -step_size * (m[i] / denom);
-      }
-    });
-  }
+  // One parallel loop over the whole buffer, each chunk doing the parts of the segments it meets: a
+  // loop per segment woke the pool once per tensor, most of them a few hundred floats (norm weights).
+  parallel_for(0, size_, 16384, [&](std::int64_t lo, std::int64_t hi) {
+    for (const Segment& seg : segments_) {
+      const std::int64_t a = std::max(lo, seg.begin), b = std::min(hi, seg.end);
+      if (a < b) detail::adamw_update(params + a, grads + a, m + a, v + a, b - a, s, seg.decay);
+    }
+  });
 }
 
 }  // namespace lmcore::train

@@ -3,10 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
 
 #include "lmcore/model/parameters.h"
 #include "lmcore/train/adamw.h"
 #include "lmcore/train/lr_schedule.h"
+#include "src/train/adamw_kernel.h"
 #include "tests/train/train_test_util.h"
 
 namespace lmcore::train {
@@ -50,6 +54,50 @@ TEST(AdamW, MatchesTheDoublePrecisionUpdateAndSkipsDecayOnNormsAndEmbeddings) {
   EXPECT_EQ(q[norm.offset], 1.0f);
   EXPECT_EQ(q[L.at("model.embed_tokens.weight").offset], 1.0f);
   EXPECT_FLOAT_EQ(q[w.offset], 1.0f - 0.5f * 0.1f);
+}
+
+// The vector kernel for every length up to a few vectors (whole vectors, a masked tail, both) with and
+// without decay: each element against the double-precision update from the same f32 inputs, and every
+// split of the range into two calls gives the bits of one call (the tail lanes are not a second path).
+TEST(AdamW, KernelMatchesTheDoublePrecisionUpdateForEveryLengthAndSplit) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  detail::AdamWScalars s{};
+  s.decay_scale = 1.0f - 3e-3f * 0.1f;
+  s.beta1 = 0.9f, s.one_minus_beta1 = 0.1f, s.beta2 = 0.95f, s.one_minus_beta2 = 0.05f;
+  s.step_size = 3e-3f / 0.19f, s.bias_correction2_sqrt = std::sqrt(0.0975f), s.eps = 1e-8f;
+  constexpr double kEps32 = 5.96e-8;  // f32 unit roundoff
+  for (const bool decay : {false, true}) {
+    for (std::int64_t n = 0; n <= 67; ++n) {
+      std::vector<float> p(n), g(n), m(n), v(n);
+      for (std::int64_t i = 0; i < n; ++i) {
+        p[i] = u(rng), g[i] = 0.1f * u(rng), m[i] = 0.01f * u(rng), v[i] = 1e-4f * std::fabs(u(rng));
+      }
+      std::vector<float> P = p, M = m, V = v;
+      detail::adamw_update(P.data(), g.data(), M.data(), V.data(), n, s, decay);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const double pd = decay ? double(p[i]) * s.decay_scale : p[i];
+        const double md = double(s.beta1) * m[i] + double(s.one_minus_beta1) * g[i];
+        const double vd = double(s.beta2) * v[i] + double(s.one_minus_beta2) * g[i] * g[i];
+        const double denom = std::sqrt(vd) / s.bias_correction2_sqrt + s.eps, upd = s.step_size * md / denom;
+        // m's rounding is absolute (its two terms may cancel); the update carries it over denom.
+        const double m_err = 3 * kEps32 * (s.beta1 * std::fabs(m[i]) + s.one_minus_beta1 * std::fabs(g[i]));
+        ASSERT_LE(std::fabs(M[i] - md), m_err) << "n " << n << " i " << i;
+        ASSERT_LE(std::fabs(V[i] - vd), 4 * kEps32 * vd) << "n " << n << " i " << i;
+        ASSERT_LE(std::fabs(P[i] - (pd - upd)),
+                  3 * kEps32 * std::fabs(pd) + 8 * kEps32 * std::fabs(upd) + s.step_size * m_err / denom)
+            << "n " << n << " i " << i << " decay " << decay;
+      }
+      for (std::int64_t k = 0; k <= n && n > 0; ++k) {  // (memcmp wants real pointers)
+        std::vector<float> P2 = p, M2 = m, V2 = v;
+        detail::adamw_update(P2.data(), g.data(), M2.data(), V2.data(), k, s, decay);
+        detail::adamw_update(P2.data() + k, g.data() + k, M2.data() + k, V2.data() + k, n - k, s, decay);
+        ASSERT_EQ(std::memcmp(P2.data(), P.data(), sizeof(float) * n), 0) << "n " << n << " split " << k;
+        ASSERT_EQ(std::memcmp(M2.data(), M.data(), sizeof(float) * n), 0) << "n " << n << " split " << k;
+        ASSERT_EQ(std::memcmp(V2.data(), V.data(), sizeof(float) * n), 0) << "n " << n << " split " << k;
+      }
+    }
+  }
 }
 
 TEST(AdamW, ASliceHoldsOnlyItsStateAndAgreesWithTheWhole) {

@@ -1,0 +1,81 @@
+// The AdamW update kernel (adamw_kernel.h), compiled once per SIMD target and dispatched at run time:
+// one pass over p, g, m and v. The plain loop it replaces was compiled for baseline x86-64 (SSE2, a
+// divide and a square root per four elements) and ran at 18 GB/s, a quarter of what streaming the four
+// arrays allows; it took 3.6% of a default-model training step.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/train/adamw_kernel.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include "src/train/adamw_kernel.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace lmcore::train::detail::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+struct Consts {
+  explicit Consts(DF d, const AdamWScalars& s)
+      : decay_scale(hn::Set(d, s.decay_scale)), b1(hn::Set(d, s.beta1)), omb1(hn::Set(d, s.one_minus_beta1)),
+        b2(hn::Set(d, s.beta2)), omb2(hn::Set(d, s.one_minus_beta2)), neg_step(hn::Set(d, -s.step_size)),
+        bc2_sqrt(hn::Set(d, s.bias_correction2_sqrt)), eps(hn::Set(d, s.eps)) {}
+  VF decay_scale, b1, omb1, b2, omb2, neg_step, bc2_sqrt, eps;
+};
+
+// Each operation rounds as torch's separate tensor ops do: mul, then add; sqrt, div, add; div, mul, add.
+template <bool kDecay>
+HWY_INLINE void Update(const Consts& c, VF& p, VF g, VF& m, VF& v) {
+  if (kDecay) p = hn::Mul(p, c.decay_scale);
+  m = hn::Add(hn::Mul(m, c.b1), hn::Mul(g, c.omb1));
+  v = hn::Add(hn::Mul(v, c.b2), hn::Mul(hn::Mul(c.omb2, g), g));
+  const VF denom = hn::Add(hn::Div(hn::Sqrt(v), c.bc2_sqrt), c.eps);
+  p = hn::Add(p, hn::Mul(c.neg_step, hn::Div(m, denom)));
+}
+
+template <bool kDecay>
+void UpdateRange(float* HWY_RESTRICT p, const float* HWY_RESTRICT g, float* HWY_RESTRICT m, float* HWY_RESTRICT v,
+                 std::int64_t n, const AdamWScalars& s) {
+  const DF d;
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d));
+  const Consts c(d, s);
+  std::int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    VF pv = hn::LoadU(d, p + i), mv = hn::LoadU(d, m + i), vv = hn::LoadU(d, v + i);
+    Update<kDecay>(c, pv, hn::LoadU(d, g + i), mv, vv);
+    hn::StoreU(pv, d, p + i);
+    hn::StoreU(mv, d, m + i);
+    hn::StoreU(vv, d, v + i);
+  }
+  if (i < n) {
+    // The tail through the same instructions, masked: inactive lanes load zeros and store nothing.
+    const auto mask = hn::FirstN(d, static_cast<std::size_t>(n - i));
+    VF pv = hn::MaskedLoad(mask, d, p + i), mv = hn::MaskedLoad(mask, d, m + i), vv = hn::MaskedLoad(mask, d, v + i);
+    Update<kDecay>(c, pv, hn::MaskedLoad(mask, d, g + i), mv, vv);
+    hn::BlendedStore(pv, mask, d, p + i);
+    hn::BlendedStore(mv, mask, d, m + i);
+    hn::BlendedStore(vv, mask, d, v + i);
+  }
+}
+
+void AdamWUpdate(float* HWY_RESTRICT p, const float* HWY_RESTRICT g, float* HWY_RESTRICT m, float* HWY_RESTRICT v,
+                 std::int64_t n, const AdamWScalars& s, bool decay) {
+  if (decay) UpdateRange<true>(p, g, m, v, n, s);
+  else UpdateRange<false>(p, g, m, v, n, s);
+}
+
+}  // namespace lmcore::train::detail::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace lmcore::train::detail {
+
+HWY_EXPORT(AdamWUpdate);
+
+void adamw_update(float* p, const float* g, float* m, float* v, std::int64_t n, const AdamWScalars& s, bool decay) {
+  HWY_DYNAMIC_DISPATCH(AdamWUpdate)(p, g, m, v, n, s, decay);
+}
+
+}  // namespace lmcore::train::detail
+#endif
