@@ -4,20 +4,20 @@
 #include <vector>
 
 #include "lmcore/core/parallel.h"
+#include "src/model/layer_kernels.h"
 
 namespace lmcore::model {
 
 double grad_norm_squared(const float* grads, std::int64_t n) {
-  // Fixed chunks of 64K summed in f64, then the chunk sums in order: deterministic for any thread count.
+  // Fixed chunks of 64K summed in f64 (vectorised: a plain f64 loop was bound by the add latency, 12 GB/s),
+  // then the chunk sums in order: deterministic for any thread count.
   constexpr std::int64_t kChunk = 1 << 16;
   const std::int64_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<double> sums(static_cast<std::size_t>(chunks), 0.0);
   parallel_for(0, chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
     for (std::int64_t c = c0; c < c1; ++c) {
-      double s = 0;
-      const std::int64_t hi = std::min(n, (c + 1) * kChunk);
-      for (std::int64_t i = c * kChunk; i < hi; ++i) s += static_cast<double>(grads[i]) * grads[i];
-      sums[static_cast<std::size_t>(c)] = s;
+      const std::int64_t lo = c * kChunk, hi = std::min(n, (c + 1) * kChunk);
+      sums[static_cast<std::size_t>(c)] = detail::sum_squares_f64(grads + lo, hi - lo);
     }
   });
   double total = 0;

@@ -143,6 +143,27 @@ void AddRow(float* HWY_RESTRICT dst, const float* HWY_RESTRICT src, std::int64_t
   for (; i < n; ++i) dst[i] += src[i];
 }
 
+// Sum of x^2 in f64: each group of f32 lanes widened to f64 (exact squares up to the f64 rounding of
+// each product), four accumulators for the FMA latency, then the lanes and the tail in order.
+double SumSquaresF64(const float* HWY_RESTRICT x, std::int64_t n) {
+  const hn::ScalableTag<double> d;
+  const hn::Rebind<float, decltype(d)> dh;  // as many f32 lanes as d has f64 lanes
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d));
+  auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+  std::int64_t i = 0;
+  for (; i + 4 * N <= n; i += 4 * N) {
+    const auto v0 = hn::PromoteTo(d, hn::LoadU(dh, x + i)), v1 = hn::PromoteTo(d, hn::LoadU(dh, x + i + N));
+    const auto v2 = hn::PromoteTo(d, hn::LoadU(dh, x + i + 2 * N)), v3 = hn::PromoteTo(d, hn::LoadU(dh, x + i + 3 * N));
+    a0 = hn::MulAdd(v0, v0, a0);
+    a1 = hn::MulAdd(v1, v1, a1);
+    a2 = hn::MulAdd(v2, v2, a2);
+    a3 = hn::MulAdd(v3, v3, a3);
+  }
+  double s = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+  for (; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  return s;
+}
+
 }  // namespace lmcore::model::detail::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -155,6 +176,7 @@ HWY_EXPORT(RopeHead);
 HWY_EXPORT(SwigluRow);
 HWY_EXPORT(SwigluBackwardRow);
 HWY_EXPORT(AddRow);
+HWY_EXPORT(SumSquaresF64);
 
 float rmsnorm_row(float* out, const float* x, const float* w, std::int64_t C, float eps) {
   return HWY_DYNAMIC_DISPATCH(RmsNormRow)(out, x, w, C, eps);
@@ -173,6 +195,7 @@ void swiglu_backward_row(float* dg, float* du, const float* dout, const float* g
   HWY_DYNAMIC_DISPATCH(SwigluBackwardRow)(dg, du, dout, g, u, n);
 }
 void add_row(float* dst, const float* src, std::int64_t n) { HWY_DYNAMIC_DISPATCH(AddRow)(dst, src, n); }
+double sum_squares_f64(const float* x, std::int64_t n) { return HWY_DYNAMIC_DISPATCH(SumSquaresF64)(x, n); }
 
 }  // namespace lmcore::model::detail
 #endif

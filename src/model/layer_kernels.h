@@ -20,5 +20,7 @@ void swiglu_row(float* out, const float* g, const float* u, std::int64_t n);
 void swiglu_backward_row(float* dg, float* du, const float* dout, const float* g, const float* u, std::int64_t n);
 // dst += src over n values.
 void add_row(float* dst, const float* src, std::int64_t n);
+// sum of x^2 over n values, accumulated in f64.
+double sum_squares_f64(const float* x, std::int64_t n);
 
 }  // namespace lmcore::model::detail

@@ -145,5 +145,24 @@ TEST(GradClip, TorchRule) {
   EXPECT_EQ(small[0], 0.1f);
 }
 
+// The squared norm against a long double sum, for lengths around the vector and unroll widths and across
+// the 64K chunks: the f64 sum of f32 squares is exact to a few f64 roundings per term.
+TEST(GradNormSquared, MatchesALongDoubleSumForEveryLengthAndAcrossChunks) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  std::vector<std::int64_t> lengths;
+  for (std::int64_t n = 0; n <= 100; ++n) lengths.push_back(n);
+  lengths.insert(lengths.end(), {65535, 65536, 65537, 2 * 65536 + 37});
+  for (const std::int64_t n : lengths) {
+    std::vector<float> g(static_cast<std::size_t>(n));
+    for (float& x : g) x = u(rng);
+    long double want = 0;
+    for (float x : g) want += static_cast<long double>(x) * x;
+    const double got = grad_norm_squared(g.data(), n);
+    EXPECT_LE(std::fabs(static_cast<long double>(got) - want), 1e-15L * static_cast<long double>(n) * want + 1e-300L)
+        << "n " << n;
+  }
+}
+
 }  // namespace
 }  // namespace lmcore::train
