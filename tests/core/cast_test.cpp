@@ -190,5 +190,35 @@ TEST(Tensor, ReadOnlyStorageRefusesInPlaceOperations) {
   EXPECT_EQ(c.to_vector<float>()[3], 5.0f);
 }
 
+// fill_ of every dtype: each element holds the value (as item reads it back), across the parallel
+// chunks, for values whose bytes are all alike (0) and not (-0.0, 2.5, NaN, 3); a strided view
+// fills only its own elements.
+TEST(Tensor, FillStoresTheValueInEveryElementOfEveryDtype) {
+  constexpr std::int64_t n = 3 * 65536 + 7;
+  for (int k = 0; k < kNumDTypes; ++k) {
+    const auto dt = static_cast<DType>(k);
+    std::vector<double> values = {0.0, 1.0, 3.0};
+    if (is_floating(dt)) values.insert(values.end(), {-0.0, 2.5, std::numeric_limits<double>::quiet_NaN()});
+    if (dt == DType::boolean) values = {0.0, 1.0};
+    for (const double value : values) {
+      Tensor t = Tensor::full({n}, 7.0 * (dt != DType::boolean) + (dt == DType::boolean), dt);
+      t.fill_(value);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const double got = t.item_as_double({i});
+        const bool same =
+            std::isnan(value) ? std::isnan(got) : got == value && std::signbit(got) == std::signbit(value);
+        ASSERT_TRUE(same) << dtype_name(dt) << " value " << value << " element " << i << " holds " << got;
+      }
+      Tensor m = Tensor::zeros({n / 2, 2}, dt);
+      Tensor column = m.narrow(1, 1, 1);
+      column.fill_(1.0);
+      for (std::int64_t i = 0; i < n / 2; ++i) {
+        ASSERT_EQ(m.item_as_double({i, 0}), 0.0) << dtype_name(dt) << " row " << i;
+        ASSERT_EQ(m.item_as_double({i, 1}), 1.0) << dtype_name(dt) << " row " << i;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lmcore
