@@ -470,8 +470,8 @@ Tensor& Tensor::fill_(double value) {
     return *this;
   }
   // Contiguous: the value cast once, then stored as this dtype (memset when all its bytes are alike, as
-  // for 0). Casting the broadcast f64 scalar element by element took 2.9 ms to zero a trainer's 44 MB
-  // gradient buffer every step; memset takes ~0.5.
+  // for 0). Casting the broadcast f64 scalar element by element took 1.7 ms to zero the default model's
+  // 44 MB gradient buffer, which the trainer does every step; memset takes 0.35.
   Tensor one = empty({}, dtype_);
   copy_cast(scalar, one);
   const std::size_t es = itemsize();
@@ -485,7 +485,7 @@ Tensor& Tensor::fill_(double value) {
     parallel_for(0, numel(), 1 << 16, [&](std::int64_t lo, std::int64_t hi) {
       std::byte* first = base + lo * static_cast<std::int64_t>(es);
       if (uniform) std::memset(first, pattern[0], static_cast<std::size_t>(hi - lo) * es);
-      else std::fill(reinterpret_cast<T*>(base) + lo, reinterpret_cast<T*>(base) + hi, v);
+      else std::fill_n(reinterpret_cast<T*>(first), hi - lo, v);
     });
   });
   return *this;
