@@ -88,6 +88,7 @@ void flex_backward(const AttentionShape& sh, const FlexLayout& lay, const BlockM
 
   BlasSingleThreaded blas_guard;
   parallel_for(0, parts, 1, [&](std::int64_t plo, std::int64_t phi) {
+    const DeferredSignals held;
     std::vector<A> s(static_cast<std::size_t>(qb * kb)), dp(static_cast<std::size_t>(qb * kb));
     std::vector<A> grad(has_mod ? static_cast<std::size_t>(qb * kb) : 0);
     std::vector<std::uint8_t> mtile(static_cast<std::size_t>(qb * kb));

@@ -67,6 +67,7 @@ void flex_forward(const AttentionShape& sh, const FlexLayout& lay, const BlockMa
   std::atomic<std::int64_t> next{0};
   const std::int64_t workers = std::min<std::int64_t>(num_threads(), std::max<std::int64_t>(items, 1));
   parallel_for(0, workers, 1, [&](std::int64_t, std::int64_t) {
+    const DeferredSignals held;
     std::vector<A> s(static_cast<std::size_t>(qb * span_max));
     std::vector<T> p_low(kLowp ? static_cast<std::size_t>(qb * span_max) : 0);  // P rounded, for P V
     std::vector<std::uint8_t> mtile(static_cast<std::size_t>(qb * span_max));

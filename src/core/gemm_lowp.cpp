@@ -18,6 +18,9 @@
 // milliseconds after each parallel region. So every oneDNN call here runs under OmpSingleThread: the
 // calling thread's OpenMP limit is 1 while oneDNN creates or executes, and restored afterwards (torch,
 // in the same process through the Python module, keeps its own setting).
+//
+// Signals: primitives other than brgemm ("gemm:jit", taken for strided f32 operands) may run with the
+// stack pointer in a heap workspace, so they run under DeferredSignals (lmcore/core/deferred_signals.h).
 #include "lmcore/core/gemm_lowp.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -31,9 +34,11 @@
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "lmcore/core/deferred_signals.h"
 #include "lmcore/core/error.h"
 #include "lmcore/core/low_precision.h"
 #include "lmcore/core/matmul.h"
@@ -167,6 +172,7 @@ struct Primitive {
   dnnl::matmul prim;
   dnnl::memory::desc a, b, c;
   std::size_t scratch_bytes = 0;
+  bool defers_signals = true;  // not a brgemm kernel: may run on a heap stack (see the file comment)
 };
 
 // Logical [rows, cols]; stored row-major as is, or as its transpose [cols, rows], with row stride ld
@@ -193,6 +199,7 @@ std::shared_ptr<const Primitive> create_primitive(const Key& key) {
   p->pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->a, p->b, p->c), attr, engine());
   p->prim = dnnl::matmul(p->pd);
   p->scratch_bytes = p->pd.scratchpad_desc().get_size();
+  p->defers_signals = std::string_view(p->pd.impl_info_str()).rfind("brg", 0) != 0;
   return p;
 }
 
@@ -368,6 +375,8 @@ void run_onednn_block(const Gemm& g) {
     bound.b.set_data_handle(const_cast<void*>(b));
     bound.c.set_data_handle(c);
     bound.scratchpad.set_data_handle(p->scratch_bytes ? buf.scratchpad.get(p->scratch_bytes) : nullptr);
+    const std::optional<DeferredSignals> held =
+        p->defers_signals ? std::optional<DeferredSignals>(std::in_place) : std::nullopt;
     p->prim.execute(thread_stream(), bound.args);
     thread_stream().wait();
   }

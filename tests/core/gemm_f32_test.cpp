@@ -3,10 +3,16 @@
 // kernels' blocks, the threaded cut and the single-threaded cases (inside parallel_for, under
 // BlasSingleThreaded).
 #include <gtest/gtest.h>
+#include <pthread.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <csignal>
+#include <cstdint>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "lmcore/core/gemm_lowp.h"
@@ -137,6 +143,65 @@ TEST_P(GemmF32, BetaZeroOverwritesNaNAndKZeroScales) {
   t.m = 0;
   expect_matches_reference(t, make_operands(t, 5), "m = 0");
 }
+// Where a signal's handler runs while a product is under way (lmcore/core/deferred_signals.h: oneDNN's
+// jit sgemm runs with the stack pointer in a heap workspace, and a signal's frame landing there
+// corrupted the heap). Every handler must run on the thread's own stack, and the signals must still
+// arrive. Without the deferral this test dies of "corrupted size vs. prev_size" on the oneDNN path.
+thread_local std::uintptr_t t_stack_lo = 0, t_stack_hi = 0;  // set by the thread that multiplies
+std::atomic<int> g_handled{0}, g_handled_off_stack{0};
+
+extern "C" void note_where_the_handler_runs(int) {
+  if (t_stack_hi == 0) return;  // another thread
+  const auto frame = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+  g_handled.fetch_add(1);
+  if (frame < t_stack_lo || frame >= t_stack_hi) g_handled_off_stack.fetch_add(1);
+}
+
+TEST_P(GemmF32, SignalsDuringAProductAreHandledOnTheThreadsOwnStack) {
+  struct sigaction sa {}, old {};
+  sa.sa_handler = note_where_the_handler_runs;
+  sigemptyset(&sa.sa_mask);
+  ASSERT_EQ(sigaction(SIGUSR1, &sa, &old), 0);
+  g_handled = 0;
+  g_handled_off_stack = 0;
+  // Strided rows and no transpose: oneDNN takes its jit sgemm ("gemm:jit", no copy of the operands);
+  // K = 512 is past what that kernel packs on its stack with AVX-512 (84) or AVX2 (252).
+  const F32Case t{false, false, 128, 128, 512, 1.0f, 0.0f, 3};
+  Operands o = make_operands(t, 21);
+  std::atomic<bool> started{false}, done{false};
+  std::thread worker([&] {
+    pthread_attr_t attr;
+    void* lo = nullptr;
+    std::size_t size = 0;
+    const bool found = pthread_getattr_np(pthread_self(), &attr) == 0;
+    if (!found || pthread_attr_getstack(&attr, &lo, &size) != 0) {
+      ADD_FAILURE() << "could not read the thread's stack bounds";
+      started = done = true;
+      return;
+    }
+    pthread_attr_destroy(&attr);
+    t_stack_lo = reinterpret_cast<std::uintptr_t>(lo);
+    t_stack_hi = t_stack_lo + size;
+    const BlasSingleThreaded guard;  // the product runs on this thread
+    started = true;
+    for (int i = 0; i < 1500; ++i)
+      gemm_f32(t.ta, t.tb, t.m, t.n, t.k, 1.0f, o.a.data(), o.lda, o.b.data(), o.ldb, 0.0f, o.c.data(), o.ldc);
+    t_stack_hi = 0;
+    done = true;
+  });
+  while (!started) std::this_thread::yield();
+  int sent = 0;
+  for (; !done; ++sent) {
+    pthread_kill(worker.native_handle(), SIGUSR1);
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  worker.join();
+  sigaction(SIGUSR1, &old, nullptr);
+  EXPECT_GE(g_handled.load(), 100) << "signals sent: " << sent;  // enough landed inside products
+  EXPECT_EQ(g_handled_off_stack.load(), 0) << "of " << g_handled.load() << " handled";
+  expect_matches_reference(t, make_operands(t, 21), "after the signals");
+}
+
 
 INSTANTIATE_TEST_SUITE_P(Paths, GemmF32, ::testing::Values(F32GemmPath::openblas, F32GemmPath::onednn),
                          [](const auto& info) { return info.param == F32GemmPath::onednn ? "onednn" : "openblas"; });
