@@ -7,6 +7,8 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include <cstring>
+
 #include "src/train/adamw_kernel.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -24,7 +26,8 @@ struct Consts {
   VF decay_scale, b1, omb1, b2, omb2, neg_step, bc2_sqrt, eps;
 };
 
-// Each operation rounds as torch's separate tensor ops do: mul, then add; sqrt, div, add; div, mul, add.
+// Each operation rounds as torch's separate tensor ops do: mul, then add; sqrt, div, add; div, mul, add
+// (this file is compiled with -ffp-contract=off, so no target fuses a multiply and an add).
 template <bool kDecay>
 HWY_INLINE void Update(const Consts& c, VF& p, VF g, VF& m, VF& v) {
   if (kDecay) p = hn::Mul(p, c.decay_scale);
@@ -49,13 +52,25 @@ void UpdateRange(float* HWY_RESTRICT p, const float* HWY_RESTRICT g, float* HWY_
     hn::StoreU(vv, d, v + i);
   }
   if (i < n) {
-    // The tail through the same instructions, masked: inactive lanes load zeros and store nothing.
-    const auto mask = hn::FirstN(d, static_cast<std::size_t>(n - i));
-    VF pv = hn::MaskedLoad(mask, d, p + i), mv = hn::MaskedLoad(mask, d, m + i), vv = hn::MaskedLoad(mask, d, v + i);
-    Update<kDecay>(c, pv, hn::MaskedLoad(mask, d, g + i), mv, vv);
-    hn::BlendedStore(pv, mask, d, p + i);
-    hn::BlendedStore(mv, mask, d, m + i);
-    hn::BlendedStore(vv, mask, d, v + i);
+    // The tail through the same instructions on full vectors staged on the stack (zeros past the end,
+    // whose lanes are computed and dropped), so it gives the bits the whole would. Not MaskedLoad: on
+    // the SSE targets that reads the whole vector (HWY_MEM_OPS_MIGHT_FAULT) and can fault where an
+    // array ends at an unmapped page.
+    const std::size_t rest = static_cast<std::size_t>(n - i);
+    HWY_ALIGN float tp[HWY_MAX_BYTES / sizeof(float)] = {}, tg[HWY_MAX_BYTES / sizeof(float)] = {};
+    HWY_ALIGN float tm[HWY_MAX_BYTES / sizeof(float)] = {}, tv[HWY_MAX_BYTES / sizeof(float)] = {};
+    std::memcpy(tp, p + i, rest * sizeof(float));
+    std::memcpy(tg, g + i, rest * sizeof(float));
+    std::memcpy(tm, m + i, rest * sizeof(float));
+    std::memcpy(tv, v + i, rest * sizeof(float));
+    VF pv = hn::Load(d, tp), mv = hn::Load(d, tm), vv = hn::Load(d, tv);
+    Update<kDecay>(c, pv, hn::Load(d, tg), mv, vv);
+    hn::Store(pv, d, tp);
+    hn::Store(mv, d, tm);
+    hn::Store(vv, d, tv);
+    std::memcpy(p + i, tp, rest * sizeof(float));
+    std::memcpy(m + i, tm, rest * sizeof(float));
+    std::memcpy(v + i, tv, rest * sizeof(float));
   }
 }
 

@@ -17,8 +17,9 @@ struct AdamWScalars {
 };
 
 // One update of n elements in place, in torch.optim.AdamW's order (adamw.h); with `decay`, p is first
-// scaled by decay_scale. Every element goes through the same vector instructions (the tail through
-// masked ones), so a slice of a buffer gets the same bits as the whole buffer.
+// scaled by decay_scale. Every element goes through the same vector instructions (the tail on a copy
+// padded to a whole vector), so a slice of a buffer gets the same bits as the whole buffer; nothing
+// past p + n (or g, m, v + n) is read or written.
 void adamw_update(float* p, const float* g, float* m, float* v, std::int64_t n, const AdamWScalars& s, bool decay);
 
 }  // namespace lmcore::train::detail

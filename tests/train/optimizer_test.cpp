@@ -1,6 +1,9 @@
 // AdamW against a plain double-precision twin of torch.optim.AdamW's update, the schedules' values, and
 // gradient clipping.
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -98,6 +101,69 @@ TEST(AdamW, KernelMatchesTheDoublePrecisionUpdateForEveryLengthAndSplit) {
       }
     }
   }
+}
+
+// n floats that end where an unmapped page begins: reading or writing past them faults.
+class FloatsBeforeAGuardPage {
+ public:
+  explicit FloatsBeforeAGuardPage(std::int64_t n) : page_(static_cast<std::size_t>(::sysconf(_SC_PAGESIZE))) {
+    void* p = ::mmap(nullptr, 2 * page_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    EXPECT_NE(p, MAP_FAILED);
+    base_ = static_cast<char*>(p);
+    EXPECT_EQ(::mprotect(base_ + page_, page_, PROT_NONE), 0);
+    data_ = reinterpret_cast<float*>(base_ + page_) - n;
+  }
+  ~FloatsBeforeAGuardPage() { ::munmap(base_, 2 * page_); }
+  float* data() { return data_; }
+
+ private:
+  std::size_t page_;
+  char* base_ = nullptr;
+  float* data_ = nullptr;
+};
+
+// Every SIMD target this CPU runs (AVX-512, AVX2, SSE4, ... as Highway dispatches), on arrays that end
+// at an unmapped page: the tail must not touch memory past the end (Highway's MaskedLoad reads whole
+// vectors on the SSE targets, which faulted here), and every target gives the same bits.
+TEST(AdamW, KernelStaysInsideItsArraysOnEveryTargetAndEveryTargetAgrees) {
+  detail::AdamWScalars s{};
+  s.decay_scale = 1.0f - 3e-3f * 0.1f;
+  s.beta1 = 0.9f, s.one_minus_beta1 = 0.1f, s.beta2 = 0.95f, s.one_minus_beta2 = 0.05f;
+  s.step_size = 3e-3f / 0.19f, s.bias_correction2_sqrt = std::sqrt(0.0975f), s.eps = 1e-8f;
+  constexpr std::int64_t kMaxN = 35;  // two 16-lane vectors and a tail
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> p(kMaxN), g(kMaxN), m(kMaxN), v(kMaxN);
+  for (std::int64_t i = 0; i < kMaxN; ++i)
+    p[i] = u(rng), g[i] = 0.1f * u(rng), m[i] = 0.01f * u(rng), v[i] = 1e-4f * std::fabs(u(rng));
+  // The best target's results, for every length.
+  std::vector<std::vector<float>> want(kMaxN + 1);
+  for (std::int64_t n = 1; n <= kMaxN; ++n) {
+    std::vector<float> P(p.begin(), p.begin() + n), M(m.begin(), m.begin() + n), V(v.begin(), v.begin() + n);
+    detail::adamw_update(P.data(), g.data(), M.data(), V.data(), n, s, true);
+    want[n] = P;
+    want[n].insert(want[n].end(), M.begin(), M.end());
+    want[n].insert(want[n].end(), V.begin(), V.end());
+  }
+  const std::vector<std::int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  EXPECT_GE(targets.size(), 2u);  // x86-64 always has an SSE target beside the best one
+  for (const std::int64_t target : targets) {
+    hwy::SetSupportedTargetsForTest(target);
+    for (std::int64_t n = 1; n <= kMaxN; ++n) {
+      FloatsBeforeAGuardPage P(n), G(n), M(n), V(n);
+      std::memcpy(P.data(), p.data(), n * sizeof(float));
+      std::memcpy(G.data(), g.data(), n * sizeof(float));
+      std::memcpy(M.data(), m.data(), n * sizeof(float));
+      std::memcpy(V.data(), v.data(), n * sizeof(float));
+      detail::adamw_update(P.data(), G.data(), M.data(), V.data(), n, s, true);
+      std::vector<float> got(P.data(), P.data() + n);
+      got.insert(got.end(), M.data(), M.data() + n);
+      got.insert(got.end(), V.data(), V.data() + n);
+      EXPECT_EQ(std::memcmp(got.data(), want[n].data(), got.size() * sizeof(float)), 0)
+          << hwy::TargetName(target) << " n " << n;
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 TEST(AdamW, ASliceHoldsOnlyItsStateAndAgreesWithTheWhole) {
