@@ -7,13 +7,14 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
-#include <cstring>
-
+#include "lmcore/core/internal/hwy_tail-inl.h"
 #include "src/train/adamw_kernel.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace lmcore::train::detail::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+using internal::HWY_NAMESPACE::LoadTail;
+using internal::HWY_NAMESPACE::StoreTail;
 
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
@@ -52,25 +53,15 @@ void UpdateRange(float* HWY_RESTRICT p, const float* HWY_RESTRICT g, float* HWY_
     hn::StoreU(vv, d, v + i);
   }
   if (i < n) {
-    // The tail through the same instructions on full vectors staged on the stack (zeros past the end,
-    // whose lanes are computed and dropped), so it gives the bits the whole would. Not MaskedLoad: on
-    // the SSE targets that reads the whole vector (HWY_MEM_OPS_MIGHT_FAULT) and can fault where an
-    // array ends at an unmapped page.
-    const std::size_t rest = static_cast<std::size_t>(n - i);
-    HWY_ALIGN float tp[HWY_MAX_BYTES / sizeof(float)] = {}, tg[HWY_MAX_BYTES / sizeof(float)] = {};
-    HWY_ALIGN float tm[HWY_MAX_BYTES / sizeof(float)] = {}, tv[HWY_MAX_BYTES / sizeof(float)] = {};
-    std::memcpy(tp, p + i, rest * sizeof(float));
-    std::memcpy(tg, g + i, rest * sizeof(float));
-    std::memcpy(tm, m + i, rest * sizeof(float));
-    std::memcpy(tv, v + i, rest * sizeof(float));
-    VF pv = hn::Load(d, tp), mv = hn::Load(d, tm), vv = hn::Load(d, tv);
-    Update<kDecay>(c, pv, hn::Load(d, tg), mv, vv);
-    hn::Store(pv, d, tp);
-    hn::Store(mv, d, tm);
-    hn::Store(vv, d, tv);
-    std::memcpy(p + i, tp, rest * sizeof(float));
-    std::memcpy(m + i, tm, rest * sizeof(float));
-    std::memcpy(v + i, tv, rest * sizeof(float));
+    // The tail through the same instructions on zero-padded vectors (LoadTail), so it gives the bits the
+    // whole would; only its own elements are read and written. Not MaskedLoad: on the SSE targets that
+    // reads the whole vector (HWY_MEM_OPS_MIGHT_FAULT), which faults where an array ends at an unmapped
+    // page.
+    VF pv = LoadTail(d, p, i, n, 0.0f), mv = LoadTail(d, m, i, n, 0.0f), vv = LoadTail(d, v, i, n, 0.0f);
+    Update<kDecay>(c, pv, LoadTail(d, g, i, n, 0.0f), mv, vv);
+    StoreTail(d, pv, p, i, n);
+    StoreTail(d, mv, m, i, n);
+    StoreTail(d, vv, v, i, n);
   }
 }
 
