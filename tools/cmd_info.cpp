@@ -2,6 +2,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <cstdlib>
+
 #include "lmcore/core/gemm_lowp.h"
 #include "lmcore/core/matmul.h"
 #include "lmcore/core/parallel.h"
@@ -17,7 +19,9 @@ int run_info(int argc, char** argv) {
   LMCORE_PARSE_ARGS(app, argc, argv);
   fmt::print("lmcore          {}\n", LMCORE_VERSION_STRING);
   fmt::print("compiler        {} ({} build)\n", LMCORE_COMPILER_STRING, LMCORE_BUILD_TYPE_STRING);
-  fmt::print("simd target     {} (supported here: {})\n", simd_target_name(), simd_supported_targets());
+  const char* cap = std::getenv("LMCORE_CPU_CAPABILITY");
+  fmt::print("simd target     {} (supported here: {}{})\n", simd_target_name(), simd_supported_targets(),
+             cap != nullptr && *cap != '\0' ? fmt::format("; capped by LMCORE_CPU_CAPABILITY={}", cap) : "");
   fmt::print("blas            {}\n", blas_info());
   fmt::print("blas threads    {}\n", blas_num_threads());
   fmt::print("onednn          {}\n", onednn_info());

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "lmcore/core/internal/simd_dispatch.h"
 #include "src/attention/row_kernels.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -47,9 +48,9 @@ HWY_EXPORT(RowSoftmaxGrad);
 HWY_EXPORT(RowApplyMask);
 
 void row_softmax_grad(float* ds, const float* p, const float* dp, std::int64_t n, float delta) {
-  HWY_DYNAMIC_DISPATCH(RowSoftmaxGrad)(ds, p, dp, n, delta);
+  LMCORE_DISPATCH(RowSoftmaxGrad)(ds, p, dp, n, delta);
 }
-void row_apply_mask(float* x, const std::uint8_t* mask, std::int64_t n) { HWY_DYNAMIC_DISPATCH(RowApplyMask)(x, mask, n); }
+void row_apply_mask(float* x, const std::uint8_t* mask, std::int64_t n) { LMCORE_DISPATCH(RowApplyMask)(x, mask, n); }
 
 }  // namespace lmcore::attention::detail
 #endif  // HWY_ONCE

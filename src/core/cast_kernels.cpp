@@ -5,6 +5,7 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include "lmcore/core/internal/simd_dispatch.h"
 #include "src/core/cast_kernels.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -119,10 +120,10 @@ HWY_EXPORT(BF16ToF32);
 HWY_EXPORT(F32ToF16);
 HWY_EXPORT(F16ToF32);
 
-void cast_f32_to_bf16(bf16* dst, const float* src, std::int64_t n) { HWY_DYNAMIC_DISPATCH(F32ToBF16)(dst, src, n); }
-void cast_bf16_to_f32(float* dst, const bf16* src, std::int64_t n) { HWY_DYNAMIC_DISPATCH(BF16ToF32)(dst, src, n); }
-void cast_f32_to_f16(f16* dst, const float* src, std::int64_t n) { HWY_DYNAMIC_DISPATCH(F32ToF16)(dst, src, n); }
-void cast_f16_to_f32(float* dst, const f16* src, std::int64_t n) { HWY_DYNAMIC_DISPATCH(F16ToF32)(dst, src, n); }
+void cast_f32_to_bf16(bf16* dst, const float* src, std::int64_t n) { LMCORE_DISPATCH(F32ToBF16)(dst, src, n); }
+void cast_bf16_to_f32(float* dst, const bf16* src, std::int64_t n) { LMCORE_DISPATCH(BF16ToF32)(dst, src, n); }
+void cast_f32_to_f16(f16* dst, const float* src, std::int64_t n) { LMCORE_DISPATCH(F32ToF16)(dst, src, n); }
+void cast_f16_to_f32(float* dst, const f16* src, std::int64_t n) { LMCORE_DISPATCH(F16ToF32)(dst, src, n); }
 
 }  // namespace lmcore::detail
 #endif

@@ -6,6 +6,7 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include "lmcore/core/internal/simd_dispatch.h"
 #include "src/core/compare_kernels.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -93,19 +94,19 @@ HWY_EXPORT(CompareI8);
 HWY_EXPORT(CompareU8);
 
 void compare_run(int op, bool* out, const float* a, const float* b, std::int64_t b_step, std::int64_t n) {
-  HWY_DYNAMIC_DISPATCH(CompareF32)(op, out, a, b, b_step, n);
+  LMCORE_DISPATCH(CompareF32)(op, out, a, b, b_step, n);
 }
 void compare_run(int op, bool* out, const std::int32_t* a, const std::int32_t* b, std::int64_t b_step, std::int64_t n) {
-  HWY_DYNAMIC_DISPATCH(CompareI32)(op, out, a, b, b_step, n);
+  LMCORE_DISPATCH(CompareI32)(op, out, a, b, b_step, n);
 }
 void compare_run(int op, bool* out, const std::int16_t* a, const std::int16_t* b, std::int64_t b_step, std::int64_t n) {
-  HWY_DYNAMIC_DISPATCH(CompareI16)(op, out, a, b, b_step, n);
+  LMCORE_DISPATCH(CompareI16)(op, out, a, b, b_step, n);
 }
 void compare_run(int op, bool* out, const std::int8_t* a, const std::int8_t* b, std::int64_t b_step, std::int64_t n) {
-  HWY_DYNAMIC_DISPATCH(CompareI8)(op, out, a, b, b_step, n);
+  LMCORE_DISPATCH(CompareI8)(op, out, a, b, b_step, n);
 }
 void compare_run(int op, bool* out, const std::uint8_t* a, const std::uint8_t* b, std::int64_t b_step, std::int64_t n) {
-  HWY_DYNAMIC_DISPATCH(CompareU8)(op, out, a, b, b_step, n);
+  LMCORE_DISPATCH(CompareU8)(op, out, a, b, b_step, n);
 }
 
 }  // namespace lmcore::detail

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 
+#include "lmcore/core/internal/simd_dispatch.h"
 #include "src/core/reduce_kernels.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -186,16 +187,16 @@ HWY_EXPORT(MaxBF16);
 HWY_EXPORT(MinBF16);
 HWY_EXPORT(SumExpF32);
 
-float reduce_sum_f32(const float* p, std::int64_t n) { return HWY_DYNAMIC_DISPATCH(SumF32)(p, n); }
-float reduce_sum_bf16(const bf16* p, std::int64_t n) { return HWY_DYNAMIC_DISPATCH(SumBF16)(p, n); }
-float reduce_sum_f16(const f16* p, std::int64_t n) { return HWY_DYNAMIC_DISPATCH(SumF16)(p, n); }
-double reduce_sum_f64(const double* p, std::int64_t n) { return HWY_DYNAMIC_DISPATCH(SumF64)(p, n); }
-float reduce_max_f32(const float* p, std::int64_t n) { return HWY_DYNAMIC_DISPATCH(MaxF32)(p, n); }
-float reduce_min_f32(const float* p, std::int64_t n) { return HWY_DYNAMIC_DISPATCH(MinF32)(p, n); }
-float reduce_max_bf16(const bf16* p, std::int64_t n) { return HWY_DYNAMIC_DISPATCH(MaxBF16)(p, n); }
-float reduce_min_bf16(const bf16* p, std::int64_t n) { return HWY_DYNAMIC_DISPATCH(MinBF16)(p, n); }
+float reduce_sum_f32(const float* p, std::int64_t n) { return LMCORE_DISPATCH(SumF32)(p, n); }
+float reduce_sum_bf16(const bf16* p, std::int64_t n) { return LMCORE_DISPATCH(SumBF16)(p, n); }
+float reduce_sum_f16(const f16* p, std::int64_t n) { return LMCORE_DISPATCH(SumF16)(p, n); }
+double reduce_sum_f64(const double* p, std::int64_t n) { return LMCORE_DISPATCH(SumF64)(p, n); }
+float reduce_max_f32(const float* p, std::int64_t n) { return LMCORE_DISPATCH(MaxF32)(p, n); }
+float reduce_min_f32(const float* p, std::int64_t n) { return LMCORE_DISPATCH(MinF32)(p, n); }
+float reduce_max_bf16(const bf16* p, std::int64_t n) { return LMCORE_DISPATCH(MaxBF16)(p, n); }
+float reduce_min_bf16(const bf16* p, std::int64_t n) { return LMCORE_DISPATCH(MinBF16)(p, n); }
 float reduce_sum_exp_f32(const float* p, std::int64_t n, float shift) {
-  return HWY_DYNAMIC_DISPATCH(SumExpF32)(p, n, shift);
+  return LMCORE_DISPATCH(SumExpF32)(p, n, shift);
 }
 
 }  // namespace lmcore::detail

@@ -10,6 +10,7 @@
 
 #include "lmcore/core/internal/hwy_tail-inl.h"
 #include "lmcore/core/internal/row_kernels.h"
+#include "lmcore/core/internal/simd_dispatch.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace lmcore::internal::HWY_NAMESPACE {
@@ -160,15 +161,15 @@ HWY_EXPORT(RowExp);
 HWY_EXPORT(RowScale);
 HWY_EXPORT(RowDot);
 
-float row_max(const float* x, std::int64_t n) { return HWY_DYNAMIC_DISPATCH(RowMax)(x, n); }
-float row_exp_sum(const float* x, std::int64_t n, float m) { return HWY_DYNAMIC_DISPATCH(RowExpSum)(x, n, m); }
-float row_exp_store_sum(float* x, std::int64_t n, float m) { return HWY_DYNAMIC_DISPATCH(RowExpStoreSum)(x, n, m); }
+float row_max(const float* x, std::int64_t n) { return LMCORE_DISPATCH(RowMax)(x, n); }
+float row_exp_sum(const float* x, std::int64_t n, float m) { return LMCORE_DISPATCH(RowExpSum)(x, n, m); }
+float row_exp_store_sum(float* x, std::int64_t n, float m) { return LMCORE_DISPATCH(RowExpStoreSum)(x, n, m); }
 float row_exp_sum_store_bf16(const float* x, bf16* p, std::int64_t n, float m) {
-  return HWY_DYNAMIC_DISPATCH(RowExpSumStoreBF16)(x, reinterpret_cast<std::uint16_t*>(p), n, m);
+  return LMCORE_DISPATCH(RowExpSumStoreBF16)(x, reinterpret_cast<std::uint16_t*>(p), n, m);
 }
-void row_exp(float* x, std::int64_t n, float m) { HWY_DYNAMIC_DISPATCH(RowExp)(x, n, m); }
-void row_scale(float* x, std::int64_t n, float a) { HWY_DYNAMIC_DISPATCH(RowScale)(x, n, a); }
-float row_dot(const float* x, const float* w, std::int64_t n) { return HWY_DYNAMIC_DISPATCH(RowDot)(x, w, n); }
+void row_exp(float* x, std::int64_t n, float m) { LMCORE_DISPATCH(RowExp)(x, n, m); }
+void row_scale(float* x, std::int64_t n, float a) { LMCORE_DISPATCH(RowScale)(x, n, a); }
+float row_dot(const float* x, const float* w, std::int64_t n) { return LMCORE_DISPATCH(RowDot)(x, w, n); }
 
 }  // namespace lmcore::internal
 #endif  // HWY_ONCE

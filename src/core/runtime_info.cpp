@@ -8,6 +8,8 @@
 #include <hwy/highway.h>
 #include <hwy/targets.h>
 
+#include "lmcore/core/cpu_capability.h"
+
 extern "C" {
 char* openblas_get_config(void);
 char* openblas_get_corename(void);
@@ -16,20 +18,13 @@ int openblas_get_num_threads(void);
 
 namespace lmcore {
 
-namespace {
-// Targets compiled in and supported here; lower bits are the newer, wider targets.
-std::int64_t usable_targets() { return hwy::SupportedTargets() & HWY_TARGETS; }
-}  // namespace
-
-std::string simd_target_name() {
-  const std::int64_t targets = usable_targets();
-  if (targets == 0) return "none";
-  return hwy::TargetName(targets & -targets);  // the lowest set bit: what HWY_DYNAMIC_DISPATCH picks
-}
+// Neither function calls hwy::SupportedTargets(): that would undo LMCORE_CPU_CAPABILITY (see
+// src/core/cpu_capability.cpp).
+std::string simd_target_name() { return hwy::TargetName(internal::dispatched_simd_target()); }
 
 std::string simd_supported_targets() {
   std::string out;
-  for (std::int64_t t = usable_targets(); t != 0; t &= t - 1) {
+  for (std::int64_t t = internal::usable_simd_targets(); t != 0; t &= t - 1) {
     if (!out.empty()) out += ' ';
     out += hwy::TargetName(t & -t);
   }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "lmcore/core/internal/hwy_tail-inl.h"
+#include "lmcore/core/internal/simd_dispatch.h"
 #include "src/loss/col_kernels.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -185,15 +186,15 @@ HWY_EXPORT(ColRebase);
 
 void col_exp_store_sum_online_f32(float* z, std::int64_t rows, std::int64_t n, float* m, float* s, const float* w,
                                   float* wz, float* block_m) {
-  HWY_DYNAMIC_DISPATCH(ColExpStoreSumOnline)(z, rows, n, m, s, w, wz, block_m);
+  LMCORE_DISPATCH(ColExpStoreSumOnline)(z, rows, n, m, s, w, wz, block_m);
 }
 void col_rebase_f32(std::int64_t n, const float* from, const float* to, float* factor) {
-  HWY_DYNAMIC_DISPATCH(ColRebase)(n, from, to, factor);
+  LMCORE_DISPATCH(ColRebase)(n, from, to, factor);
 }
 
 void col_grad_to_bf16(const float* e, std::int64_t rows, std::int64_t n, std::int64_t row0, const ColGrad& g,
                       bf16* out, float* db) {
-  HWY_DYNAMIC_DISPATCH(ColGradToBF16)(e, rows, n, row0, g, reinterpret_cast<std::uint16_t*>(out), db);
+  LMCORE_DISPATCH(ColGradToBF16)(e, rows, n, row0, g, reinterpret_cast<std::uint16_t*>(out), db);
 }
 
 }  // namespace lmcore::loss_detail

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "lmcore/core/internal/hwy_tail-inl.h"
+#include "lmcore/core/internal/simd_dispatch.h"
 #include "src/loss/row_kernels.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -65,10 +66,10 @@ HWY_EXPORT(RowSoftmaxGrad);
 HWY_EXPORT(RowScaledGrad);
 
 void row_softmax_grad_f32(float* x, std::int64_t n, float lse, float a, float bw, const float* w) {
-  HWY_DYNAMIC_DISPATCH(RowSoftmaxGrad)(x, n, lse, a, bw, w);
+  LMCORE_DISPATCH(RowSoftmaxGrad)(x, n, lse, a, bw, w);
 }
 void row_scaled_grad_f32(float* x, std::int64_t n, float scale, float bw, const float* w) {
-  HWY_DYNAMIC_DISPATCH(RowScaledGrad)(x, n, scale, bw, w);
+  LMCORE_DISPATCH(RowScaledGrad)(x, n, scale, bw, w);
 }
 
 }  // namespace lmcore::loss_detail

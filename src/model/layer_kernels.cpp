@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "lmcore/core/internal/simd_dispatch.h"
 #include "src/model/layer_kernels.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -179,23 +180,23 @@ HWY_EXPORT(AddRow);
 HWY_EXPORT(SumSquaresF64);
 
 float rmsnorm_row(float* out, const float* x, const float* w, std::int64_t C, float eps) {
-  return HWY_DYNAMIC_DISPATCH(RmsNormRow)(out, x, w, C, eps);
+  return LMCORE_DISPATCH(RmsNormRow)(out, x, w, C, eps);
 }
 void rmsnorm_backward_row(float* dx, float* dw, const float* dy, const float* x, const float* w, float rstd,
                           std::int64_t C) {
-  HWY_DYNAMIC_DISPATCH(RmsNormBackwardRow)(dx, dw, dy, x, w, rstd, C);
+  LMCORE_DISPATCH(RmsNormBackwardRow)(dx, dw, dy, x, w, rstd, C);
 }
 void rope_head(float* x, const float* cos, const float* sin, std::int64_t half, float sign) {
-  HWY_DYNAMIC_DISPATCH(RopeHead)(x, cos, sin, half, sign);
+  LMCORE_DISPATCH(RopeHead)(x, cos, sin, half, sign);
 }
 void swiglu_row(float* out, const float* g, const float* u, std::int64_t n) {
-  HWY_DYNAMIC_DISPATCH(SwigluRow)(out, g, u, n);
+  LMCORE_DISPATCH(SwigluRow)(out, g, u, n);
 }
 void swiglu_backward_row(float* dg, float* du, const float* dout, const float* g, const float* u, std::int64_t n) {
-  HWY_DYNAMIC_DISPATCH(SwigluBackwardRow)(dg, du, dout, g, u, n);
+  LMCORE_DISPATCH(SwigluBackwardRow)(dg, du, dout, g, u, n);
 }
-void add_row(float* dst, const float* src, std::int64_t n) { HWY_DYNAMIC_DISPATCH(AddRow)(dst, src, n); }
-double sum_squares_f64(const float* x, std::int64_t n) { return HWY_DYNAMIC_DISPATCH(SumSquaresF64)(x, n); }
+void add_row(float* dst, const float* src, std::int64_t n) { LMCORE_DISPATCH(AddRow)(dst, src, n); }
+double sum_squares_f64(const float* x, std::int64_t n) { return LMCORE_DISPATCH(SumSquaresF64)(x, n); }
 
 }  // namespace lmcore::model::detail
 #endif

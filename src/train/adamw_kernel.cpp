@@ -8,6 +8,7 @@
 #include <hwy/highway.h>
 
 #include "lmcore/core/internal/hwy_tail-inl.h"
+#include "lmcore/core/internal/simd_dispatch.h"
 #include "src/train/adamw_kernel.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -80,7 +81,7 @@ namespace lmcore::train::detail {
 HWY_EXPORT(AdamWUpdate);
 
 void adamw_update(float* p, const float* g, float* m, float* v, std::int64_t n, const AdamWScalars& s, bool decay) {
-  HWY_DYNAMIC_DISPATCH(AdamWUpdate)(p, g, m, v, n, s, decay);
+  LMCORE_DISPATCH(AdamWUpdate)(p, g, m, v, n, s, decay);
 }
 
 }  // namespace lmcore::train::detail

@@ -51,3 +51,35 @@ def test_cmake_install_places_an_importable_package(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[0].startswith(str(site))
+
+
+def _lmcore_info(env_value):
+    env = dict(os.environ, LMCORE_CPU_CAPABILITY=env_value)
+    return subprocess.run([str(BUILD / "lmcore"), "info"], capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_cpu_capability_caps_the_simd_target_of_the_cli_and_the_module():
+    # Every x86-64 machine this runs on has SSE4; the cap is shown with the target it gives.
+    r = _lmcore_info("sse4")
+    assert r.returncode == 0, r.stderr
+    line = next(l for l in r.stdout.splitlines() if l.startswith("simd target"))
+    assert line.split()[2] == "SSE4", line
+    assert "capped by LMCORE_CPU_CAPABILITY=sse4" in line and "AVX" not in line, line
+    # The module reads it too, and its kernels give torch's results on the capped target.
+    code = ("import lmcore, torch, torch.utils.dlpack as d; x = torch.randn(1000, 37, dtype=torch.float64).float();"
+            "s = lmcore.sum(lmcore.from_dlpack(d.to_dlpack(x)), dim=-1);"
+            "r = torch.utils.dlpack.from_dlpack(s).double(); xd = x.double();"
+            "bound = 37 * 2.0 ** -24 * xd.abs().sum(-1);"  # a rounding per addition, at most
+            "print(lmcore.simd_target(), float(((r - xd.sum(-1)).abs() / bound).max()))")
+    env = dict(os.environ, LMCORE_CPU_CAPABILITY="default")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    target, err = p.stdout.split()
+    assert target in ("SCALAR", "EMU128"), p.stdout
+    assert float(err) <= 1, p.stdout
+
+
+def test_a_bad_cpu_capability_is_an_error_naming_the_variable_and_the_choices():
+    r = _lmcore_info("avx1024")
+    assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
+    assert "LMCORE_CPU_CAPABILITY: 'avx1024' is not one of avx512, avx2, sse4, ssse3, default" in r.stderr, r.stderr

@@ -6,9 +6,11 @@
 
 namespace lmcore {
 
-// The Highway target that dynamic dispatch picks on this CPU, e.g. "AVX2" or "AVX3".
+// The Highway target that dynamic dispatch picks on this CPU, e.g. "AVX2" or "AVX3" (after
+// LMCORE_CPU_CAPABILITY, lmcore/core/cpu_capability.h).
 std::string simd_target_name();
-// Every Highway target compiled in that this CPU supports, best first, e.g. "AVX3 AVX2 SSE4".
+// Every Highway target compiled in that this CPU supports and the cap allows, best first, e.g.
+// "AVX3 AVX2 SSE4".
 std::string simd_supported_targets();
 // The BLAS library's self-description (OpenBLAS: its config string and core name).
 std::string blas_info();
