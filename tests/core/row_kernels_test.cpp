@@ -5,7 +5,6 @@
 #include "lmcore/core/internal/row_kernels.h"
 
 #include <gtest/gtest.h>
-#include <hwy/targets.h>
 
 #include <cmath>
 #include <cstdint>
@@ -15,6 +14,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include "tests/common/simd_targets.h"
 
 namespace lmcore::internal {
 namespace {
@@ -29,18 +30,7 @@ std::vector<std::int64_t> awkward_lengths() {
   return n;
 }
 
-// Runs body once per SIMD target that was compiled and that this CPU supports, naming it in failures.
-template <typename Body>
-void for_each_target(Body body) {
-  const std::vector<std::int64_t> targets = hwy::SupportedAndGeneratedTargets();
-  ASSERT_FALSE(targets.empty());
-  for (std::int64_t t : targets) {
-    hwy::SetSupportedTargetsForTest(t);
-    SCOPED_TRACE(std::string("SIMD target ") + hwy::TargetName(t));
-    body();
-  }
-  hwy::SetSupportedTargetsForTest(0);
-}
+using testing::for_each_simd_target;
 
 // n values (plus 3 spare in front, for misaligned starts) from N(0, scale).
 std::vector<float> random_row(std::int64_t n, std::uint32_t seed, float scale) {
@@ -63,7 +53,7 @@ double ulps(float got, double want) {
 // these rows (arguments down to about -40); a sum of n exps within 2 ulp per term plus n roundings of
 // the running sums.
 TEST(RowKernels, MatchPlainLoopsOnEveryTarget) {
-  for_each_target([] {
+  for_each_simd_target([] {
     double worst_exp = 0;
     for (std::int64_t n : awkward_lengths())
       for (int offset : {0, 1, 3}) {
@@ -122,7 +112,7 @@ TEST(RowKernels, MatchPlainLoopsOnEveryTarget) {
 // The NaN rule of row_kernels.h: a NaN anywhere in a row (every position, body and tail) makes the max
 // and every sum NaN; an exp stores NaN exactly where the NaN was and the true values elsewhere.
 TEST(RowKernels, NanPropagatesFromEveryPosition) {
-  for_each_target([] {
+  for_each_simd_target([] {
     for (std::int64_t n : {1, 3, 4, 7, 8, 9, 16, 17, 33, 35}) {
       const std::vector<float> clean = random_row(n, 5, 2.0f);
       float m = -kInf;
@@ -161,7 +151,7 @@ TEST(RowKernels, NanPropagatesFromEveryPosition) {
 // -87.34) it gives 0 or a value within FLT_MIN of the true one, never garbage; the clamp edges -88.03
 // (2^-127 built as 0) and 88.37 (the last argument below 2^128) included.
 TEST(RowKernels, ExpAcrossItsDomain) {
-  for_each_target([] {
+  for_each_simd_target([] {
     std::vector<float> y;
     for (int i = -104 * 64; i <= 88 * 64 + 24; ++i) y.push_back(static_cast<float>(i) / 64.0f);
     for (float edge : {-88.0296936f, -87.9f, -87.3365f, 88.37f, 88.3762589f}) y.push_back(edge);
@@ -190,8 +180,43 @@ TEST(RowKernels, ExpAcrossItsDomain) {
   });
 }
 
+// Every row kernel on rows that begin or end at an unmapped page: no load or store outside the row
+// (a whole-vector load in a tail faults), and the same bits as on an ordinary vector.
+TEST(RowKernels, StayInsideTheirRowsOnEveryTarget) {
+  using testing::Fence;
+  using testing::GuardedArray;
+  for_each_simd_target([] {
+    for (std::int64_t n : awkward_lengths())
+      for (Fence fence : {Fence::before, Fence::after}) {
+        SCOPED_TRACE(::testing::Message() << "n = " << n << (fence == Fence::before ? ", fenced before" : ", fenced after"));
+        std::vector<float> xv = random_row(n, 3, 3.0f), wv = random_row(n, 4, 1.0f);
+        xv.resize(static_cast<std::size_t>(n)), wv.resize(static_cast<std::size_t>(n));
+        GuardedArray<float> x(xv, fence), w(wv, fence);
+        const float m = row_max(x.data(), n);
+        EXPECT_EQ(m, row_max(xv.data(), n));
+        EXPECT_EQ(row_exp_sum(x.data(), n, m), row_exp_sum(xv.data(), n, m));
+        EXPECT_EQ(row_dot(x.data(), nullptr, n), row_dot(xv.data(), nullptr, n));
+        EXPECT_EQ(row_dot(x.data(), w.data(), n), row_dot(xv.data(), wv.data(), n));
+        std::vector<float> want = xv;
+        const float want_sum = row_exp_store_sum(want.data(), n, m);
+        GuardedArray<float> e(xv, fence);
+        EXPECT_EQ(row_exp_store_sum(e.data(), n, m), want_sum);
+        EXPECT_EQ(e.to_vector(), want);
+        GuardedArray<float> e2(xv, fence);
+        row_exp(e2.data(), n, m);
+        EXPECT_EQ(e2.to_vector(), want);
+        GuardedArray<bf16> p(n, fence);
+        EXPECT_EQ(row_exp_sum_store_bf16(x.data(), p.data(), n, m), want_sum);
+        for (std::int64_t j = 0; j < n; ++j) ASSERT_EQ(p.data()[j].bits, bf16::from_f32(want[j]).bits) << j;
+        GuardedArray<float> sc(xv, fence);
+        row_scale(sc.data(), n, 0.375f);
+        for (std::int64_t j = 0; j < n; ++j) ASSERT_EQ(sc.data()[j], xv[j] * 0.375f) << j;
+      }
+  });
+}
+
 TEST(RowKernels, InfinitiesAndEmptyRows) {
-  for_each_target([] {
+  for_each_simd_target([] {
     EXPECT_EQ(row_max(nullptr, 0), -kInf);
     EXPECT_EQ(row_exp_sum(nullptr, 0, 0.0f), 0.0f);
     EXPECT_EQ(row_dot(nullptr, nullptr, 0), 0.0f);

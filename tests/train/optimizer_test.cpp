@@ -1,9 +1,6 @@
 // AdamW against a plain double-precision twin of torch.optim.AdamW's update, the schedules' values, and
 // gradient clipping.
 #include <gtest/gtest.h>
-#include <hwy/targets.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -14,6 +11,7 @@
 #include "lmcore/train/adamw.h"
 #include "lmcore/train/lr_schedule.h"
 #include "src/train/adamw_kernel.h"
+#include "tests/common/simd_targets.h"
 #include "tests/train/train_test_util.h"
 
 namespace lmcore::train {
@@ -103,28 +101,9 @@ TEST(AdamW, KernelMatchesTheDoublePrecisionUpdateForEveryLengthAndSplit) {
   }
 }
 
-// n floats that end where an unmapped page begins: reading or writing past them faults.
-class FloatsBeforeAGuardPage {
- public:
-  explicit FloatsBeforeAGuardPage(std::int64_t n) : page_(static_cast<std::size_t>(::sysconf(_SC_PAGESIZE))) {
-    void* p = ::mmap(nullptr, 2 * page_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    EXPECT_NE(p, MAP_FAILED);
-    base_ = static_cast<char*>(p);
-    EXPECT_EQ(::mprotect(base_ + page_, page_, PROT_NONE), 0);
-    data_ = reinterpret_cast<float*>(base_ + page_) - n;
-  }
-  ~FloatsBeforeAGuardPage() { ::munmap(base_, 2 * page_); }
-  float* data() { return data_; }
-
- private:
-  std::size_t page_;
-  char* base_ = nullptr;
-  float* data_ = nullptr;
-};
-
 // Every SIMD target this CPU runs (AVX-512, AVX2, SSE4, ... as Highway dispatches), on arrays that end
-// at an unmapped page: the tail must not touch memory past the end (Highway's MaskedLoad reads whole
-// vectors on the SSE targets, which faulted here), and every target gives the same bits.
+// or begin at an unmapped page: the tail must not touch memory past the end (Highway's MaskedLoad
+// reads whole vectors on the SSE targets, which faulted here), and every target gives the same bits.
 TEST(AdamW, KernelStaysInsideItsArraysOnEveryTargetAndEveryTargetAgrees) {
   detail::AdamWScalars s{};
   s.decay_scale = 1.0f - 3e-3f * 0.1f;
@@ -145,25 +124,19 @@ TEST(AdamW, KernelStaysInsideItsArraysOnEveryTargetAndEveryTargetAgrees) {
     want[n].insert(want[n].end(), M.begin(), M.end());
     want[n].insert(want[n].end(), V.begin(), V.end());
   }
-  const std::vector<std::int64_t> targets = hwy::SupportedAndGeneratedTargets();
-  EXPECT_GE(targets.size(), 2u);  // x86-64 always has an SSE target beside the best one
-  for (const std::int64_t target : targets) {
-    hwy::SetSupportedTargetsForTest(target);
-    for (std::int64_t n = 1; n <= kMaxN; ++n) {
-      FloatsBeforeAGuardPage P(n), G(n), M(n), V(n);
-      std::memcpy(P.data(), p.data(), n * sizeof(float));
-      std::memcpy(G.data(), g.data(), n * sizeof(float));
-      std::memcpy(M.data(), m.data(), n * sizeof(float));
-      std::memcpy(V.data(), v.data(), n * sizeof(float));
-      detail::adamw_update(P.data(), G.data(), M.data(), V.data(), n, s, true);
-      std::vector<float> got(P.data(), P.data() + n);
-      got.insert(got.end(), M.data(), M.data() + n);
-      got.insert(got.end(), V.data(), V.data() + n);
-      EXPECT_EQ(std::memcmp(got.data(), want[n].data(), got.size() * sizeof(float)), 0)
-          << hwy::TargetName(target) << " n " << n;
-    }
-  }
-  hwy::SetSupportedTargetsForTest(0);
+  lmcore::testing::for_each_simd_target([&] {
+    for (std::int64_t n = 1; n <= kMaxN; ++n)
+      for (const lmcore::testing::Fence fence : {lmcore::testing::Fence::before, lmcore::testing::Fence::after}) {
+        const auto first_n = [n](const std::vector<float>& a) { return std::vector<float>(a.begin(), a.begin() + n); };
+        lmcore::testing::GuardedArray<float> P(first_n(p), fence), G(first_n(g), fence), M(first_n(m), fence),
+            V(first_n(v), fence);
+        detail::adamw_update(P.data(), G.data(), M.data(), V.data(), n, s, true);
+        std::vector<float> got(P.data(), P.data() + n);
+        got.insert(got.end(), M.data(), M.data() + n);
+        got.insert(got.end(), V.data(), V.data() + n);
+        EXPECT_EQ(std::memcmp(got.data(), want[n].data(), got.size() * sizeof(float)), 0) << "n " << n;
+      }
+  });
 }
 
 TEST(AdamW, ASliceHoldsOnlyItsStateAndAgreesWithTheWhole) {
