@@ -36,10 +36,12 @@ HWY_INLINE bool CmpScalar(T a, T b) {
   else return a >= b;
 }
 
-// out[i] = a[i] OP b[i * b_step], b_step 0 (broadcast value) or 1.
+// out[i] = a[i] OP b[i * b_step], b_step 0 (broadcast value) or 1. An empty run reads nothing (b[0]
+// included: b may then point at the end of its array).
 template <int kOp, typename T>
 void CmpRun(bool* HWY_RESTRICT out, const T* HWY_RESTRICT a, const T* HWY_RESTRICT b, std::int64_t b_step,
             std::int64_t n) {
+  if (n <= 0) return;
   const hn::ScalableTag<T> d;
   const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d));
   auto* o = reinterpret_cast<std::uint8_t*>(out);
