@@ -212,6 +212,19 @@ def test_reductions_match_torch(name, dtype):
                     want = torch_reduce(name, xx.double(), dim, keepdim).to(dtype)
                     assert_close(got, want, 2 ** -7 if dtype == torch.bfloat16 else 2 ** -10, 1e-4, msg)
                     continue
+                if dtype == torch.float32 and name in ("sum", "mean"):
+                    # Against f64, in units of the f32 epsilon times the sum (mean) of the magnitudes
+                    # reduced: a fixed tolerance against torch's f32 result failed lmcore's scalar-target
+                    # sum of 1188 values by 1% over it although both were within 2 units. Measured
+                    # worst over 30 inputs on every target: lmcore 1.98 (sum) and 2.49 (mean), torch
+                    # the same. A 1% error of any one result is at least 47 times its bound here.
+                    want64 = torch_reduce(name, xx.double(), dim, keepdim)
+                    mag = torch_reduce(name, xx.double().abs(), dim, keepdim)
+                    assert got.dtype == torch.float32, msg
+                    err = (got.double() - want64).abs()
+                    bound = 2 ** -24 * (4 * mag + want64.abs())
+                    assert bool((err <= bound).all()), f"{msg}: worst {float((err / bound).max())} of the bound"
+                    continue
                 want = torch_reduce(name, xx, dim, keepdim)
                 if want.dtype.is_floating_point and name in ("sum", "mean", "logsumexp"):
                     rtol = {torch.float32: 2e-6}.get(want.dtype, 1e-12)
