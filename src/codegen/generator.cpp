@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "lmcore/core/cpu_capability.h"
 #include "lmcore/core/error.h"
 
 namespace lmcore::codegen {
@@ -32,9 +33,12 @@ const std::string& kernel_abi_text() {
 
 int native_vector_floats() {
 #if defined(__x86_64__) || defined(__i386__)
+  // Under LMCORE_CPU_CAPABILITY the kernels are compiled without the capped instructions
+  // (compiler.cpp), so their natural width follows the cap too.
+  const std::string cap = cpu_capability();
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return 16;
-  if (__builtin_cpu_supports("avx2")) return 8;
+  if (__builtin_cpu_supports("avx512f") && (cap == "none" || cap == "avx512")) return 16;
+  if (__builtin_cpu_supports("avx2") && (cap == "none" || cap == "avx512" || cap == "avx2")) return 8;
 #endif
   return 4;
 }

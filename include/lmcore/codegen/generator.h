@@ -22,7 +22,8 @@ struct GeneratedSource {
 // The text of kernel_abi.h, as pasted into every generated source.
 const std::string& kernel_abi_text();
 
-// The widest vector the running CPU has, in floats (16 with AVX-512, 8 with AVX2, else 4).
+// The widest vector the running CPU has, in floats (16 with AVX-512, 8 with AVX2, else 4), no wider
+// than LMCORE_CPU_CAPABILITY allows.
 int native_vector_floats();
 
 GeneratedSource generate_rmsnorm(const RmsNormSpec& spec, const RmsNormVariant& variant);

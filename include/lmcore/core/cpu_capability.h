@@ -10,8 +10,8 @@
 // also "scalar"); case does not matter, and Highway's own names (AVX3, SCALAR, EMU128) are accepted.
 // A cap above what the CPU has changes nothing. It is read once, before the first kernel runs; any
 // other value is an error naming the variable and the accepted values. It lets one machine run (and
-// the test suite check) the kernels another CPU would get. It does not reach oneDNN (capped by its
-// own ONEDNN_MAX_CPU_ISA) or the generated kernels of lmcore::codegen (built for the CPU they run on).
+// the test suite check) the kernels another CPU would get. lmcore::codegen compiles its generated
+// kernels under the same cap (-mno-avx512f, -mno-avx, ...); oneDNN has its own, ONEDNN_MAX_CPU_ISA.
 #pragma once
 
 #include <atomic>
