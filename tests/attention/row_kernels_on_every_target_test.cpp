@@ -7,10 +7,10 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <random>
 #include <vector>
 
 #include "src/attention/row_kernels.h"
+#include "tests/common/random_values.h"
 #include "tests/common/simd_targets.h"
 
 namespace lmcore::attention {
@@ -19,21 +19,14 @@ namespace {
 using lmcore::testing::Fence;
 using lmcore::testing::for_each_simd_target;
 using lmcore::testing::GuardedArray;
-
-std::vector<float> normal(std::int64_t n, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using lmcore::testing::normal_floats;
 
 TEST(AttentionRowKernelsOnEveryTarget, SoftmaxGradientAndMaskStayInsideTheirRows) {
   for_each_simd_target([] {
     for (std::int64_t n : {0, 1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100})
       for (Fence fence : {Fence::before, Fence::after}) {
         SCOPED_TRACE(::testing::Message() << "n = " << n << (fence == Fence::before ? ", fenced before" : ", fenced after"));
-        const std::vector<float> p = normal(n, 1), dp = normal(n, 2);
+        const std::vector<float> p = normal_floats(n, 1), dp = normal_floats(n, 2);
         GuardedArray<float> gp(p, fence), gdp(dp, fence), gds(n, fence);
         const float delta = 0.375f;
         detail::row_softmax_grad(gds.data(), gp.data(), gdp.data(), n, delta);

@@ -37,6 +37,12 @@ void for_each_simd_target(Body body) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
+// True when a and b hold the same elements bit for bit (NaN payloads and signed zeros included).
+template <typename T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
 // Which end of the array touches an unmapped page.
 enum class Fence { before, after };
 

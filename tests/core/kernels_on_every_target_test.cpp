@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "src/core/cast_kernels.h"
 #include "src/core/compare_kernels.h"
 #include "src/core/reduce_kernels.h"
+#include "tests/common/random_values.h"
 #include "tests/common/simd_targets.h"
 
 namespace lmcore {
@@ -27,6 +29,7 @@ namespace {
 using testing::Fence;
 using testing::for_each_simd_target;
 using testing::GuardedArray;
+using testing::uniform_floats;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
@@ -38,14 +41,6 @@ std::vector<std::int64_t> lengths() {
   for (std::int64_t lanes : {4, 8, 16, 32})
     for (std::int64_t k : {lanes - 1, lanes, lanes + 1, 2 * lanes + 1, 4 * lanes + 3}) n.push_back(k);
   return n;
-}
-
-std::vector<float> uniform(std::int64_t n, std::uint32_t seed, float lo, float hi) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (float& x : v) x = u(rng);
-  return v;
 }
 
 template <typename T>
@@ -61,7 +56,7 @@ TEST(CoreKernelsOnEveryTarget, SumsAndExtremaStayInsideTheirRuns) {
       for (Fence fence : {Fence::before, Fence::after}) {
         SCOPED_TRACE(::testing::Message() << "n = " << n << (fence == Fence::before ? ", fenced before" : ", fenced after"));
         // Positive values: the exact sum is also the sum of magnitudes, so a sum 1% off is far out of bounds.
-        const std::vector<float> v = uniform(n, 7 + static_cast<std::uint32_t>(n), 0.5f, 1.5f);
+        const std::vector<float> v = uniform_floats(n, 7 + static_cast<std::uint32_t>(n), 0.5f, 1.5f);
         const std::vector<bf16> vb = narrowed<bf16>(v);
         const std::vector<f16> vh = narrowed<f16>(v);
         const std::vector<double> vd(v.begin(), v.end());
@@ -115,7 +110,7 @@ std::vector<float> cast_inputs(std::int64_t n) {
   const float specials[] = {0.0f, -0.0f, kInf, -kInf, kNaN, -kNaN, 1.0f + 0x1p-8f, 1.0f + 0x1p-8f + 0x1p-20f,
                             65504.0f, 65520.0f, 3.4e38f, 0x1p-130f, -0x1p-140f, 0x1p-24f, 0x1p-25f, 6.1e-5f,
                             1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f};
-  std::vector<float> v = uniform(n, 99 + static_cast<std::uint32_t>(n), -1.0f, 1.0f);
+  std::vector<float> v = uniform_floats(n, 99 + static_cast<std::uint32_t>(n), -1.0f, 1.0f);
   std::mt19937 rng(5);
   for (std::int64_t i = 0; i < n; ++i) {
     v[i] = std::ldexp(v[i], static_cast<int>(rng() % 60) - 30);
@@ -152,17 +147,12 @@ TEST(CoreKernelsOnEveryTarget, CastsGiveTheScalarBitsAndStayInsideTheirArrays) {
   });
 }
 
+// The six operators as the standard library's function objects, indexed by CompareOp.
 template <typename T>
 bool scalar_compare(int op, T a, T b) {
-  switch (static_cast<CompareOp>(op)) {
-    case CompareOp::eq: return a == b;
-    case CompareOp::ne: return a != b;
-    case CompareOp::lt: return a < b;
-    case CompareOp::le: return a <= b;
-    case CompareOp::gt: return a > b;
-    case CompareOp::ge: return a >= b;
-  }
-  return false;
+  static const std::function<bool(T, T)> ops[6] = {std::equal_to<T>(), std::not_equal_to<T>(), std::less<T>(),
+                                                    std::less_equal<T>(), std::greater<T>(), std::greater_equal<T>()};
+  return ops[op](a, b);
 }
 
 template <typename T>

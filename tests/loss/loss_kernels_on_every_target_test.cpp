@@ -8,14 +8,13 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
-#include <random>
 #include <vector>
 
 #include "lmcore/core/low_precision.h"
 #include "src/loss/col_kernels.h"
 #include "src/loss/row_kernels.h"
+#include "tests/common/random_values.h"
 #include "tests/common/simd_targets.h"
 
 namespace lmcore {
@@ -24,19 +23,9 @@ namespace {
 using testing::Fence;
 using testing::for_each_simd_target;
 using testing::GuardedArray;
+using testing::normal_floats;
 
-std::vector<float> normal(std::int64_t n, std::uint32_t seed, float mean = 0.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(mean, 1.0f);
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-template <typename T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
-}
+using testing::same_bits;
 
 const char* fence_name(Fence f) { return f == Fence::before ? ", fenced before" : ", fenced after"; }
 
@@ -46,7 +35,7 @@ TEST(LossKernelsOnEveryTarget, RowGradientsStayInsideTheirRows) {
       for (Fence fence : {Fence::before, Fence::after})
         for (bool weighted : {false, true}) {
           SCOPED_TRACE(::testing::Message() << "n = " << n << fence_name(fence) << (weighted ? ", weighted" : ""));
-          const std::vector<float> z = normal(n, 1), w = normal(n, 2, 1.0f);
+          const std::vector<float> z = normal_floats(n, 1), w = normal_floats(n, 2, 1.0f);
           GuardedArray<float> gw(w, fence);
           std::vector<float> want = z;
           GuardedArray<float> got(z, fence);
@@ -71,7 +60,7 @@ TEST(LossKernelsOnEveryTarget, ColumnLoopsStayInsideTheirArrays) {
         for (Fence fence : {Fence::before, Fence::after}) {
           SCOPED_TRACE(::testing::Message() << "rows = " << rows << ", n = " << n << fence_name(fence));
           const std::int64_t blocks = (rows + loss_detail::kColBlock - 1) / loss_detail::kColBlock;
-          const std::vector<float> z = normal(rows * n, 3, 2.0f), w = normal(rows, 4, 1.0f);
+          const std::vector<float> z = normal_floats(rows * n, 3, 2.0f), w = normal_floats(rows, 4, 1.0f);
           const auto state = [&](float v) { return std::vector<float>(static_cast<std::size_t>(n), v); };
           constexpr float kNinf = -std::numeric_limits<float>::infinity();
           // Ordinary vectors first.

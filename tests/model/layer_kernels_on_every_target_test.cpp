@@ -5,11 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstring>
-#include <random>
 #include <vector>
 
 #include "src/model/layer_kernels.h"
+#include "tests/common/random_values.h"
 #include "tests/common/simd_targets.h"
 
 namespace lmcore::model {
@@ -18,25 +17,17 @@ namespace {
 using lmcore::testing::Fence;
 using lmcore::testing::for_each_simd_target;
 using lmcore::testing::GuardedArray;
+using lmcore::testing::normal_floats;
 
-std::vector<float> normal(std::int64_t n, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-}
+using lmcore::testing::same_bits;
 
 TEST(LayerKernelsOnEveryTarget, StayInsideTheirRowsAndGiveTheSameBits) {
   for_each_simd_target([] {
     for (std::int64_t n : {1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100})
       for (Fence fence : {Fence::before, Fence::after}) {
         SCOPED_TRACE(::testing::Message() << "n = " << n << (fence == Fence::before ? ", fenced before" : ", fenced after"));
-        const std::vector<float> x = normal(n, 1), w = normal(n, 2), dy = normal(n, 3), u = normal(n, 4);
+        const std::vector<float> x = normal_floats(n, 1), w = normal_floats(n, 2), dy = normal_floats(n, 3),
+                                 u = normal_floats(n, 4);
         GuardedArray<float> gx(x, fence), gw(w, fence), gdy(dy, fence), gu(u, fence);
 
         std::vector<float> out(x.size());
@@ -53,7 +44,7 @@ TEST(LayerKernelsOnEveryTarget, StayInsideTheirRowsAndGiveTheSameBits) {
         EXPECT_TRUE(same_bits(gdw.to_vector(), dw)) << "rmsnorm_backward_row dw";
 
         // One head of 2n values rotated by n angles.
-        std::vector<float> head = normal(2 * n, 5), cs = normal(n, 6), sn = normal(n, 7);
+        std::vector<float> head = normal_floats(2 * n, 5), cs = normal_floats(n, 6), sn = normal_floats(n, 7);
         GuardedArray<float> ghead(head, fence), gcs(cs, fence), gsn(sn, fence);
         detail::rope_head(head.data(), cs.data(), sn.data(), n, -1.0f);
         detail::rope_head(ghead.data(), gcs.data(), gsn.data(), n, -1.0f);
