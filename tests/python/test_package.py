@@ -71,7 +71,7 @@ def test_cpu_capability_caps_the_simd_target_of_the_cli_and_the_module():
             "r = torch.utils.dlpack.from_dlpack(s).double(); xd = x.double();"
             "bound = 37 * 2.0 ** -24 * xd.abs().sum(-1);"  # a rounding per addition, at most
             "print(lmcore.simd_target(), float(((r - xd.sum(-1)).abs() / bound).max()))")
-    env = dict(os.environ, LMCORE_CPU_CAPABILITY="default")
+    env = dict(os.environ, LMCORE_CPU_CAPABILITY="default", PYTHONPATH=str(BUILD / "python"))
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert p.returncode == 0, p.stderr
     target, err = p.stdout.split()
