@@ -2,8 +2,9 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include <cstdlib>
+#include <string>
 
+#include "lmcore/core/cpu_capability.h"
 #include "lmcore/core/gemm_lowp.h"
 #include "lmcore/core/matmul.h"
 #include "lmcore/core/parallel.h"
@@ -19,9 +20,9 @@ int run_info(int argc, char** argv) {
   LMCORE_PARSE_ARGS(app, argc, argv);
   fmt::print("lmcore          {}\n", LMCORE_VERSION_STRING);
   fmt::print("compiler        {} ({} build)\n", LMCORE_COMPILER_STRING, LMCORE_BUILD_TYPE_STRING);
-  const char* cap = std::getenv("LMCORE_CPU_CAPABILITY");
+  const std::string cap = cpu_capability();
   fmt::print("simd target     {} (supported here: {}{})\n", simd_target_name(), simd_supported_targets(),
-             cap != nullptr && *cap != '\0' ? fmt::format("; capped by LMCORE_CPU_CAPABILITY={}", cap) : "");
+             cap != "none" ? fmt::format("; capped by LMCORE_CPU_CAPABILITY={}", cap) : "");
   fmt::print("blas            {}\n", blas_info());
   fmt::print("blas threads    {}\n", blas_num_threads());
   fmt::print("onednn          {}\n", onednn_info());

@@ -141,19 +141,23 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
 
 }  // namespace detail
 
+CapabilityLimit capability_limit() {
+  const std::string cap = cpu_capability();
+  if (cap == "avx2") return {"-mno-avx512f", 8};
+  if (cap == "sse4") return {"-mno-avx", 4};
+  if (cap == "ssse3") return {"-mno-sse4.1", 4};
+  if (cap == "default") return {"-mno-sse3", 4};
+  return {nullptr, 16};
+}
+
 namespace {
 // -march=native: the kernel is for this CPU (its features are in the key too), less what
-// LMCORE_CPU_CAPABILITY caps (as Inductor honours ATEN_CPU_CAPABILITY): -mno-avx512f for avx2, -mno-avx
-// for sse4 (no AVX, FMA, F16C either), -mno-sse4.1 for ssse3, -mno-sse3 for the portable default.
-// -ffp-contract=fast: FMAs (ISO -std=c++17 would turn contraction off); no -ffast-math, so NaN and
-// infinity propagate as in the generic kernels; --as-needed: no libstdc++ dependency.
+// LMCORE_CPU_CAPABILITY caps (capability_limit()). -ffp-contract=fast: FMAs (ISO -std=c++17 would turn
+// contraction off); no -ffast-math, so NaN and infinity propagate as in the generic kernels;
+// --as-needed: no libstdc++ dependency.
 std::vector<std::string> default_flags() {
   std::vector<std::string> flags = {"-std=c++17", "-O3", "-march=native"};
-  const std::string cap = cpu_capability();
-  if (cap == "avx2") flags.push_back("-mno-avx512f");
-  else if (cap == "sse4") flags.push_back("-mno-avx");
-  else if (cap == "ssse3") flags.push_back("-mno-sse4.1");
-  else if (cap == "default") flags.push_back("-mno-sse3");
+  if (const char* cap_flag = capability_limit().flag) flags.push_back(cap_flag);
   for (const char* f : {"-ffp-contract=fast", "-fPIC", "-shared", "-fno-exceptions", "-fno-rtti", "-fvisibility=hidden",
                         "-w", "-Wl,--as-needed"})
     flags.push_back(f);

@@ -4,11 +4,12 @@
 // last full vector is a fixed, fully unrolled scalar loop.
 #include "lmcore/codegen/generator.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include <fmt/format.h>
 
-#include "lmcore/core/cpu_capability.h"
+#include "lmcore/codegen/compiler.h"
 #include "lmcore/core/error.h"
 
 namespace lmcore::codegen {
@@ -32,15 +33,15 @@ const std::string& kernel_abi_text() {
 }
 
 int native_vector_floats() {
+  int widest = 4;
 #if defined(__x86_64__) || defined(__i386__)
-  // Under LMCORE_CPU_CAPABILITY the kernels are compiled without the capped instructions
-  // (compiler.cpp), so their natural width follows the cap too.
-  const std::string cap = cpu_capability();
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && (cap == "none" || cap == "avx512")) return 16;
-  if (__builtin_cpu_supports("avx2") && (cap == "none" || cap == "avx512" || cap == "avx2")) return 8;
+  if (__builtin_cpu_supports("avx512f")) widest = 16;
+  else if (__builtin_cpu_supports("avx2")) widest = 8;
 #endif
-  return 4;
+  // The kernels are compiled without the instructions LMCORE_CPU_CAPABILITY caps, so their natural
+  // width follows the cap too.
+  return std::min(widest, capability_limit().widest_floats);
 }
 
 namespace {

@@ -37,17 +37,20 @@ namespace {
 
 struct Capability {
   const char* name;
-  const char* alias;   // torch's or Highway's spelling, or nullptr
-  std::int64_t best;   // the best Highway target allowed
+  const char* aliases[2];  // Highway's or other spellings, or nullptr
+  std::int64_t best;       // the best Highway target allowed
+  // Every target better than the cap (the bits below its own); the fallbacks (EMU128, SCALAR) always
+  // stay, so Highway always has a target to call.
+  constexpr std::int64_t disabled() const { return best - 1; }
 };
 
 // Best first. Highway numbers targets so that a lower bit is a newer, wider target.
 constexpr Capability kCapabilities[] = {
-    {"avx512", "avx3", HWY_AVX3},
-    {"avx2", nullptr, HWY_AVX2},
-    {"sse4", nullptr, HWY_SSE4},
-    {"ssse3", nullptr, HWY_SSSE3},
-    {"default", "scalar", HWY_EMU128},
+    {"avx512", {"avx3", nullptr}, HWY_AVX3},
+    {"avx2", {nullptr, nullptr}, HWY_AVX2},
+    {"sse4", {nullptr, nullptr}, HWY_SSE4},
+    {"ssse3", {nullptr, nullptr}, HWY_SSSE3},
+    {"default", {"scalar", "emu128"}, HWY_EMU128},
 };
 
 // The targets this CPU runs (and lmcore compiled), read once.
@@ -55,9 +58,8 @@ std::int64_t cpu_targets() {
   static const std::int64_t targets = hwy::SupportedTargets() & HWY_TARGETS;
   return targets;
 }
-// The targets the cap switches off (0: no cap), and the cap's name.
+// The targets the cap switches off (0: no cap).
 std::atomic<std::int64_t> g_disabled{0};
-std::atomic<const char*> g_cap_name{"none"};
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -65,10 +67,9 @@ std::string lower(std::string_view s) {
   return out;
 }
 
-void set_disabled(std::int64_t disabled, const char* name) {
+void set_disabled(std::int64_t disabled) {
   cpu_targets();  // before DisableTargets: see the top of this file
   g_disabled.store(disabled);
-  g_cap_name.store(name);
   hwy::DisableTargets(disabled);
 }
 
@@ -85,19 +86,18 @@ std::string cpu_capability_names() {
 
 std::string cpu_capability() {
   internal::apply_cpu_capability_env();
-  return g_cap_name.load();
+  const std::int64_t disabled = g_disabled.load();
+  for (const Capability& c : kCapabilities)
+    if (c.disabled() == disabled) return c.name;
+  return "none";
 }
 
 void limit_cpu_capability(std::string_view name) {
   const std::string want = lower(name);
-  if (want == "none") return set_disabled(0, "none");
-  for (const Capability& c : kCapabilities) {
-    if (want == c.name || (c.alias != nullptr && want == c.alias) || (c.best == HWY_EMU128 && want == "emu128")) {
-      // Every target better than the cap (the bits below its own) is switched off; the fallbacks
-      // (EMU128, SCALAR) always stay, so Highway always has a target to call.
-      return set_disabled(c.best - 1, c.name);
-    }
-  }
+  if (want == "none") return set_disabled(0);
+  for (const Capability& c : kCapabilities)
+    for (const char* spelling : {c.name, c.aliases[0], c.aliases[1]})
+      if (spelling != nullptr && want == spelling) return set_disabled(c.disabled());
   fail("cpu capability: '{}' is not one of {} (or none)", name, cpu_capability_names());
 }
 
@@ -107,7 +107,6 @@ std::atomic<bool> g_cpu_capability_env_applied{false};
 
 void apply_cpu_capability_env_once() {
   static const bool applied = [] {
-    cpu_targets();
     if (const char* env = std::getenv("LMCORE_CPU_CAPABILITY"); env != nullptr && *env != '\0') {
       try {
         limit_cpu_capability(env);

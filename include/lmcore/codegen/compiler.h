@@ -27,6 +27,16 @@ struct Compiler {
   std::string flags_string() const;
 };
 
+// What LMCORE_CPU_CAPABILITY takes away from -march=native for generated kernels (as Inductor honours
+// ATEN_CPU_CAPABILITY), and the widest vector, in floats, that leaves: {nullptr, 16} without a cap or
+// at avx512, {"-mno-avx512f", 8} at avx2, {"-mno-avx", 4} at sse4 (no AVX, FMA or F16C either),
+// {"-mno-sse4.1", 4} at ssse3, {"-mno-sse3", 4} at default.
+struct CapabilityLimit {
+  const char* flag;
+  int widest_floats;
+};
+CapabilityLimit capability_limit();
+
 // The compiler named by options.compiler (a path, or a name searched on PATH), else `c++` on PATH,
 // answering --version within 10 s. nullopt with *why set ("no C++ compiler: LMCORE_CXX is unset and
 // there is no c++ on PATH", "LMCORE_CXX=/x: not found", ...) when there is none.

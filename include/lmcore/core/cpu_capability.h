@@ -28,8 +28,8 @@ std::string cpu_capability_names();
 std::string cpu_capability();
 
 // Caps the kernels' SIMD target at `name` (one of cpu_capability_names(), or "none" to lift the cap;
-// throws on anything else) from the next kernel call on; call it before running kernels, not while other threads run them.
-// simd_target_name() then reports the target in use.
+// throws on anything else) from the next kernel call on; call it before running kernels, not while
+// other threads run them. simd_target_name() then reports the target in use.
 void limit_cpu_capability(std::string_view name);
 
 namespace internal {
