@@ -27,6 +27,11 @@ template <typename Body>
 void for_each_simd_target(Body body) {
   const std::int64_t usable = internal::usable_simd_targets();
   ASSERT_NE(usable, 0);
+  // The mock ends with this function however it returns (an ASSERT below returns early), so a failure
+  // does not leave the tests after it on one target.
+  struct EndMock {
+    ~EndMock() { hwy::SetSupportedTargetsForTest(0); }
+  } end_mock;
   for (std::int64_t t = usable; t != 0; t &= t - 1) {
     const std::int64_t target = t & -t;
     hwy::SetSupportedTargetsForTest(target);
@@ -34,7 +39,6 @@ void for_each_simd_target(Body body) {
     ASSERT_EQ(internal::dispatched_simd_target(), target);
     body();
   }
-  hwy::SetSupportedTargetsForTest(0);
 }
 
 // True when a and b hold the same elements bit for bit (NaN payloads and signed zeros included).
