@@ -83,7 +83,16 @@ std::vector<std::int64_t> documents(std::int64_t n, std::uint32_t seed) {
 // bench/suites/attention_bf16.cpp
 std::vector<BenchTable> run_attention_bf16(const BenchOptions& options);
 
-std::vector<BenchTable> run_attention_suite(const BenchOptions& options) {
+namespace {
+
+bool attention_section_wanted(const BenchOptions& o, const char* section) { return section_wanted(o, {"flex", "bf16", "mask"}, section); }
+
+// The f32 flex rows against dense sdpa: forward, backward, and the dense baseline's own GFLOPS.
+struct FlexTables {
+  BenchTable fwd, bwd, dense;
+};
+
+FlexTables flex_vs_dense_tables(const BenchOptions& options) {
   const std::int64_t B = 1, H = 8, D = 64;
   std::vector<Row> rows;
   if (options.quick) {
@@ -196,27 +205,42 @@ std::vector<BenchTable> run_attention_suite(const BenchOptions& options) {
         "{} after a warm-up; dense at L >= 16384 one run without warm-up (tens of seconds each)",
         reps, dense_reps));
   }
+  return {std::move(fwd), std::move(bwd), std::move(dense_tab)};
+}
 
-  // create_block_mask at 1M (memory: block lists, and growth of the process's peak RSS).
+// create_block_mask at 1M (memory: block lists, and growth of the process's peak RSS).
+BenchTable block_mask_build_table() {
   BenchTable build{"attention: create_block_mask, causal, L = S = 1,048,576, block 128",
                    {"ms", "blocks", "list bytes", "peak RSS growth MB"},
                    {},
                    {}};
-  {
-    const std::int64_t n = 1 << 20;
-    const long rss0 = peak_rss_kb();
-    const auto t0 = std::chrono::steady_clock::now();
-    const BlockMask bm = create_block_mask(MaskMod::causal(), 1, 1, n, n);
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    const long rss1 = peak_rss_kb();
-    build.rows.push_back({ms, bm.nonempty_blocks(), static_cast<std::int64_t>(bm.bytes()),
-                          static_cast<double>(rss1 - rss0) / 1024.0});
-    build.notes.push_back("peak RSS growth is 0 when the build stays below the process's earlier peak");
+  const std::int64_t n = 1 << 20;
+  const long rss0 = peak_rss_kb();
+  const auto t0 = std::chrono::steady_clock::now();
+  const BlockMask bm = create_block_mask(MaskMod::causal(), 1, 1, n, n);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const long rss1 = peak_rss_kb();
+  build.rows.push_back({ms, bm.nonempty_blocks(), static_cast<std::int64_t>(bm.bytes()),
+                        static_cast<double>(rss1 - rss0) / 1024.0});
+  build.notes.push_back("peak RSS growth is 0 when the build stays below the process's earlier peak");
+  return build;
+}
+
+}  // namespace
+
+std::vector<BenchTable> run_attention_suite(const BenchOptions& options) {
+  std::vector<BenchTable> tables;
+  FlexTables flex;
+  const bool with_flex = attention_section_wanted(options, "flex");
+  if (with_flex) {
+    flex = flex_vs_dense_tables(options);
+    tables.push_back(std::move(flex.fwd));
+    tables.push_back(std::move(flex.bwd));
   }
-  std::vector<BenchTable> tables{fwd, bwd};
-  for (BenchTable& t : run_attention_bf16(options)) tables.push_back(std::move(t));
-  tables.push_back(dense_tab);
-  tables.push_back(build);
+  if (attention_section_wanted(options, "bf16"))
+    for (BenchTable& t : run_attention_bf16(options)) tables.push_back(std::move(t));
+  if (with_flex) tables.push_back(std::move(flex.dense));
+  if (attention_section_wanted(options, "mask")) tables.push_back(block_mask_build_table());
   return tables;
 }
 

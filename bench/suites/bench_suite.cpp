@@ -29,6 +29,13 @@ double time_median(const std::function<void()>& fn, int repeats, double max_seco
   return times[times.size() / 2];
 }
 
+bool section_wanted(const BenchOptions& options, const std::vector<std::string>& sections, const std::string& section) {
+  const auto given = [&](const std::string& name) {
+    return std::find(options.args.begin(), options.args.end(), name) != options.args.end();
+  };
+  return given(section) || std::none_of(sections.begin(), sections.end(), given);
+}
+
 namespace {
 
 bool is_positional(const BenchArg& a) { return a.form.empty() || a.form[0] != '-'; }

@@ -38,6 +38,10 @@ struct BenchSuite {
   std::vector<BenchArg> args = {};
 };
 
+// Whether a suite that takes section keywords (codegen's "rmsnorm gemm ...") should run `section`:
+// every section when no keyword of `sections` was given, else only those given.
+bool section_wanted(const BenchOptions& options, const std::vector<std::string>& sections, const std::string& section);
+
 // Checks a suite's arguments against its list: returns "" or a message naming the first one it does
 // not take and listing those it does.
 std::string check_suite_args(const BenchSuite& suite, const std::vector<std::string>& args);

@@ -32,7 +32,12 @@ const std::vector<BenchSuite>& all_suites() {
         {"--repeats=N", "timed runs per variant, the median is shown (default 1)"},
         {"--lce-child=SPEC", ""}}},
       {"io", "checkpoint load: safetensors and .pt vs cat and torch.load (1 GiB; --quick 64 MiB)", run_io_suite},
-      {"attention", "flex attention vs dense sdpa: sliding window, causal, document; forward and backward", run_attention_suite},
+      {"attention", "flex attention vs dense sdpa: sliding window, causal, document; forward and backward; bf16 "
+                    "vs f32 flex (args: flex bf16 mask)",
+       run_attention_suite,
+       {{"flex", "the f32 flex vs dense sdpa tables (default: every section)"},
+        {"bf16", "the flex bf16 (matrix units) vs flex f32 table"},
+        {"mask", "the create_block_mask table at L = 1M"}}},
       {"train", "Llama training step vs torch 1.13 eager: tokens/s, MFU, peak RSS, f32 and bf16 (--quick: default model)",
        run_train_suite,
        {{"--models=NAME[,NAME...]", "models: default, gpt2 (default both; --quick default)"},

@@ -319,7 +319,8 @@ def test_negative_legacy_storage_size_is_named_as_damage(tmp_path):
                                   ["upgrade-check", "--bogus"], ["train", "--bogus"], ["generate", "--bogus"],
                                   ["launch", "--bogus"], ["bench", "--quik"], ["bench", "lce", "--bogus=1"],
                                   ["bench", "nosuch"], ["bench", "core", "--ranks=2"], ["bench", "--json", "-x"],
-                                  ["bench", "codegen", "rmsnorm", "nosuch"], ["bench", "upgrade", "a", "b"]])
+                                  ["bench", "codegen", "rmsnorm", "nosuch"], ["bench", "upgrade", "a", "b"],
+                                  ["bench", "attention", "bf16", "nosuch"]])
 def test_usage_errors_exit_2(args):
     start = time.time()
     r = subprocess.run([str(CLI), *args], capture_output=True, text=True, timeout=120)
@@ -380,8 +381,15 @@ def test_bench_suite_help_lists_its_arguments():
     assert "--ranks=N[,N...]" in run_cli("bench", "comm", "--help").stdout
     assert "takes no arguments" in run_cli("bench", "core", "--help").stdout
     assert all(k in run_cli("bench", "codegen", "--help").stdout for k in ["rmsnorm", "gemm", "compile", "train"])
+    assert all(k in run_cli("bench", "attention", "--help").stdout for k in ["flex", "bf16", "mask"])
     top = run_cli("bench", "--help").stdout
     assert "SUITE --help" in top and "attention" in top
+
+
+def test_bench_section_keywords_run_only_those_sections():
+    tables = json.loads(run_cli("bench", "--json", "attention", "mask").stdout)
+    assert [t["title"] for t in tables] == ["attention: create_block_mask, causal, L = S = 1,048,576, block 128"]
+    assert tables[0]["rows"][0]["blocks"] == 33558528  # the causal blocks of 8192 x 8192 block rows, diagonal included
 
 
 # ---- defect 14: upgrade-check skipped a file named on the command line without saying so ----------
