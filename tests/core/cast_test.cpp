@@ -190,9 +190,9 @@ TEST(Tensor, ReadOnlyStorageRefusesInPlaceOperations) {
   EXPECT_EQ(c.to_vector<float>()[3], 5.0f);
 }
 
-// fill_ of every dtype: each element holds the value (as item reads it back), across the parallel
-// chunks, for values whose bytes are all alike (0) and not (-0.0, 2.5, NaN, 3); a strided view
-// fills only its own elements.
+// fill_ of every dtype: each element holds the value across the parallel chunks (element 0 as item
+// reads it back, every other element the same bytes), for values whose bytes are all alike (0) and
+// not (-0.0, 2.5, NaN, 3); a strided view fills only its own elements.
 TEST(Tensor, FillStoresTheValueInEveryElementOfEveryDtype) {
   constexpr std::int64_t n = 3 * 65536 + 7;
   for (int k = 0; k < kNumDTypes; ++k) {
@@ -203,19 +203,23 @@ TEST(Tensor, FillStoresTheValueInEveryElementOfEveryDtype) {
     for (const double value : values) {
       Tensor t = Tensor::full({n}, 7.0 * (dt != DType::boolean) + (dt == DType::boolean), dt);
       t.fill_(value);
-      for (std::int64_t i = 0; i < n; ++i) {
-        const double got = t.item_as_double({i});
-        const bool same =
-            std::isnan(value) ? std::isnan(got) : got == value && std::signbit(got) == std::signbit(value);
-        ASSERT_TRUE(same) << dtype_name(dt) << " value " << value << " element " << i << " holds " << got;
-      }
+      const double first = t.item_as_double({0});
+      ASSERT_TRUE(std::isnan(value) ? std::isnan(first) : first == value && std::signbit(first) == std::signbit(value))
+          << dtype_name(dt) << " value " << value << " element 0 holds " << first;
+      const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
+      const std::size_t size = t.itemsize();
+      for (std::int64_t i = 1; i < n; ++i)
+        ASSERT_EQ(std::memcmp(bytes + static_cast<std::size_t>(i) * size, bytes, size), 0)
+            << dtype_name(dt) << " value " << value << " element " << i << " holds " << t.item_as_double({i});
       Tensor m = Tensor::zeros({n / 2, 2}, dt);
       Tensor column = m.narrow(1, 1, 1);
       column.fill_(1.0);
-      for (std::int64_t i = 0; i < n / 2; ++i) {
-        ASSERT_EQ(m.item_as_double({i, 0}), 0.0) << dtype_name(dt) << " row " << i;
-        ASSERT_EQ(m.item_as_double({i, 1}), 1.0) << dtype_name(dt) << " row " << i;
-      }
+      ASSERT_EQ(m.item_as_double({0, 0}), 0.0) << dtype_name(dt);
+      ASSERT_EQ(m.item_as_double({0, 1}), 1.0) << dtype_name(dt);
+      const auto* row0 = static_cast<const unsigned char*>(m.data_ptr());
+      for (std::int64_t i = 1; i < n / 2; ++i)
+        ASSERT_EQ(std::memcmp(row0 + static_cast<std::size_t>(i) * 2 * size, row0, 2 * size), 0)
+            << dtype_name(dt) << " row " << i << " holds " << m.item_as_double({i, 0}) << ", " << m.item_as_double({i, 1});
     }
   }
 }

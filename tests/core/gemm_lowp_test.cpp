@@ -94,13 +94,21 @@ double check_case(const Case& t, std::uint32_t seed) {
   // The reference's C is f32 for the exact value (c_dtype f32 is always allowed).
   gemm_lowp_reference(t.ab, DType::f32, t.ta, t.tb, t.m, t.n, t.k, t.alpha, a.data(), lda, b.data(), ldb, t.beta,
                       exact.data(), ldc);
+  // |op(A)| by rows and |op(B)| by columns, read once: the bound's sums run over plain arrays.
+  std::vector<double> abs_rows(static_cast<std::size_t>(t.m * t.k)), abs_cols(static_cast<std::size_t>(t.n * t.k));
+  for (std::int64_t i = 0; i < t.m; ++i)
+    for (std::int64_t p = 0; p < t.k; ++p)
+      abs_rows[static_cast<std::size_t>(i * t.k + p)] = std::abs(a.at(t.ta ? p * lda + i : i * lda + p));
+  for (std::int64_t j = 0; j < t.n; ++j)
+    for (std::int64_t p = 0; p < t.k; ++p)
+      abs_cols[static_cast<std::size_t>(j * t.k + p)] = std::abs(b.at(t.tb ? j * ldb + p : p * ldb + j));
   double worst = 0;
   int reported = 0;
   for (std::int64_t i = 0; i < t.m; ++i)
     for (std::int64_t j = 0; j < t.n; ++j) {
       double s = 0;
       for (std::int64_t p = 0; p < t.k; ++p)
-        s += std::abs(a.at(t.ta ? p * lda + i : i * lda + p) * b.at(t.tb ? j * ldb + p : p * ldb + j));
+        s += abs_rows[static_cast<std::size_t>(i * t.k + p)] * abs_cols[static_cast<std::size_t>(j * t.k + p)];
       s = std::abs(t.alpha) * s + (t.beta != 0.0f ? std::abs(t.beta * c0.at(i * ldc + j)) : 0.0);
       const double want = exact.at(i * ldc + j), have = got.at(i * ldc + j);
       const double bound = static_cast<double>(t.k + 3) * 0x1p-24 * s + unit_roundoff(t.c) * std::abs(want);
