@@ -100,7 +100,7 @@ ModelConfig ModelConfig::from_json(std::string_view text, const std::string& sou
   json j;
   try {
     j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/false);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number past double's range
     fail("{}: not valid JSON: {}", source, e.what());
   }
   LMCORE_CHECK(j.is_object(), "{}: expected a JSON object, found {}", source, j.type_name());

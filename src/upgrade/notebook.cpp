@@ -217,7 +217,7 @@ Notebook read_notebook(std::string_view json_text) {
   nlohmann::json nb;
   try {
     nb = nlohmann::json::parse(json_text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
     fail("not valid JSON: {}", e.what());
   }
   const nlohmann::json* cells = nullptr;

@@ -88,6 +88,10 @@ TEST(ModelConfig, ImpossibleValuesGetErrorsNamingTheField) {
   EXPECT_NE(e.find("unknown key 'hiden_size'"), std::string::npos) << e;
   e = error_of([] { ModelConfig::from_json("{\"vocab_size\": ", "c.json"); });
   EXPECT_NE(e.find("c.json: not valid JSON"), std::string::npos) << e;
+  // A number past double's range is the parser's out_of_range, not its parse_error: still the file's.
+  e = error_of([] { ModelConfig::from_json(R"({"vocab_size": 10, "rope_theta": 1e400})", "c.json"); });
+  EXPECT_NE(e.find("c.json: not valid JSON: [json.exception.out_of_range.406] number overflow parsing '1e400'"),
+            std::string::npos) << e;
   ModelConfig doc = small_config();
   doc.mask = AttentionMask::document;
   doc.eos_token_id = -1;

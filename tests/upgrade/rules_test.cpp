@@ -8,6 +8,7 @@
 
 #include "lmcore/base/error.h"
 #include "lmcore/upgrade/cuda_check.h"
+#include "lmcore/upgrade/notebook.h"
 #include "lmcore/upgrade/python_check.h"
 #include "lmcore/upgrade/report.h"
 #include "lmcore/upgrade/scan.h"
@@ -179,6 +180,19 @@ TEST(UpgradeRules, NotebookCellsShareImports) {
   EXPECT_EQ(found[0].cell, 2);
   EXPECT_EQ(found[0].line, 3);
   EXPECT_EQ(found[0].col, 6);
+}
+
+// Any JSON the parser refuses is "not valid JSON" (UPG904 in a scan), a number past double's range
+// (the parser's out_of_range, not a parse_error) too: it was reported as an internal error (UPG901).
+TEST(UpgradeNotebook, JsonTheParserRefusesIsNotANotebook) {
+  for (const char* text : {R"({"cells": [})", R"({"cells": [], "metadata": {"x": 1e400}, "nbformat": 4})"}) {
+    try {
+      (void)read_notebook(text);
+      ADD_FAILURE() << "no error for " << text;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("not valid JSON"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(UpgradeRules, SyntaxErrorKeepsEarlierFindings) {
