@@ -1,20 +1,24 @@
 // tools/cli_parse.h — how every lmcore command parses its arguments, so that they all behave alike:
 // `--help` prints the options (each with its default) and exits 0; a usage error — an unknown
-// option, a missing or malformed value, a failed check — prints CLI11's message and a pointer to
-// --help on stderr and exits 2, never CLI11's own codes (105, 106, 109, ...).
+// option, a missing or malformed value, a failed check — prints a message and a pointer to --help on
+// stderr and exits 2, never CLI11's own codes (105, 106, 109, ...). Unknown options and extra
+// arguments are named in order, with the option a typo most likely meant.
 //
 //   CLI::App app{"...", "lmcore convert"};
 //   app.add_option(...);
 //   LMCORE_PARSE_ARGS(app, argc, argv);   // returns 0 or 2 from the command when it must stop
 #pragma once
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -68,12 +72,70 @@ inline CLI::Validator at_least(double lowest, std::string what) {
 inline CLI::Validator positive() { return at_least(std::numeric_limits<double>::denorm_min(), "a positive number"); }
 inline CLI::Validator non_negative() { return at_least(0.0, "a number >= 0"); }
 
+// Edit distance (insertions, deletions, substitutions) between two option names, for suggestions.
+inline std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The long option of `app` a mistyped "--name[=value]" most likely meant ("" if none is close): one
+// within a third of the name's length in edits, else one that the given name extends or abbreviates.
+inline std::string closest_option(const CLI::App& app, const std::string& given) {
+  std::string name = given.substr(given.find_first_not_of('-'));
+  name = name.substr(0, name.find('='));
+  std::string best;
+  std::size_t best_distance = std::max<std::size_t>(2, name.size() / 3) + 1;
+  for (const CLI::Option* opt : app.get_options()) {
+    for (const std::string& candidate : opt->get_lnames()) {
+      std::size_t d = edit_distance(name, candidate);
+      const bool affix = !name.empty() && (candidate.rfind(name, 0) == 0 || name.rfind(candidate, 0) == 0);
+      if (affix) d = std::min<std::size_t>(d, 1);
+      if (d < best_distance) best_distance = d, best = "--" + candidate;
+    }
+  }
+  return best;
+}
+
+// CLI11 2.1 says "The following arguments were not expected: x --out-dir" (in reverse order, without
+// the command's name); this names the command, each argument in order, and the option meant.
+inline std::string unexpected_arguments_message(const CLI::App& app) {
+  const CLI::App* owner = &app;  // the (sub)command left holding the arguments
+  for (const CLI::App* sub : app.get_subcommands())
+    if (!sub->remaining().empty()) owner = sub;
+  std::string command = owner->get_name();  // "lmcore codegen list" for a subcommand
+  for (const CLI::App* up = owner->get_parent(); up != nullptr; up = up->get_parent()) command = up->get_name() + " " + command;
+  std::string message = command + ":";
+  for (const std::string& arg : owner->remaining()) {
+    if (arg.size() > 1 && arg[0] == '-') {
+      message += " unknown option '" + arg + "'";
+      if (const std::string meant = closest_option(*owner, arg); !meant.empty()) message += " (did you mean " + meant + "?)";
+    } else {
+      message += " unexpected argument '" + arg + "'";
+    }
+    message += ";";
+  }
+  return message + " `" + command + " --help` lists the options";
+}
+
 // The exit code when the command must stop after parsing (0: help or version printed; 2: usage
 // error), or nullopt to go on.
 inline std::optional<int> parse_args(CLI::App& app, int argc, const char* const* argv) {
   check_integer_options(app);
   try {
     app.parse(argc, argv);
+  } catch (const CLI::ExtrasError&) {
+    std::fprintf(stderr, "%s\n", unexpected_arguments_message(app).c_str());
+    return 2;
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }

@@ -14,6 +14,7 @@
 #include "lmcore/core/error.h"
 #include "lmcore/core/progress.h"
 #include "lmcore/model/config.h"
+#include "tools/cli_parse.h"
 #include "tools/command.h"
 
 namespace lmcore::cli {
@@ -139,11 +140,7 @@ int run_codegen(int argc, char** argv) {
   CLI::App* clear_cmd = app.add_subcommand("clear", "remove every cached kernel and tuning result");
   add_cache(clear_cmd);
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  LMCORE_PARSE_ARGS(app, argc, argv);
   try {
     if (list_cmd->parsed()) return list(o);
     if (warm_cmd->parsed()) return warm(o, config, batch, seq, dtype, quiet);

@@ -373,6 +373,20 @@ def test_option_values_out_of_range_are_usage_errors_naming_the_option(args, nam
     assert not r.stdout.strip(), (args, r.stdout)  # nothing ran
 
 
+@pytest.mark.parametrize("args, message", [
+    (["train", "--out-dir", "x"], "lmcore train: unknown option '--out-dir' (did you mean --out?); unexpected "
+                                  "argument 'x'; `lmcore train --help` lists the options"),
+    (["inspect", "a", "--jsn"], "lmcore inspect: unknown option '--jsn' (did you mean --json?);"),
+    (["inspect", "a", "b", "c"], "lmcore inspect: unexpected argument 'b'; unexpected argument 'c';"),
+    (["launch", "--nprc", "2", "--", "true"], "unknown option '--nprc' (did you mean --nproc?)"),
+    (["codegen", "list", "--al"], "lmcore codegen list: unknown option '--al'; `lmcore codegen list --help`"),
+    (["train", "--zzzzzzzz"], "lmcore train: unknown option '--zzzzzzzz'; `lmcore train --help`")])
+def test_unknown_arguments_are_named_in_order_with_the_option_meant(args, message):
+    r = subprocess.run([str(CLI), *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and message in r.stderr, (args, r.stderr)
+    assert "did you mean" not in message or r.stderr.count("did you mean") == 1
+
+
 def test_bench_suite_help_lists_its_arguments():
     r = run_cli("bench", "lce", "--help")
     for form in ["--n=N", "--h=H", "--v=V", "--dtype=DTYPE", "--budget-mib=MIB", "--repeats=N"]:
