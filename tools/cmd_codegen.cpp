@@ -13,6 +13,7 @@
 #include "lmcore/codegen/runtime.h"
 #include "lmcore/core/error.h"
 #include "lmcore/core/progress.h"
+#include "lmcore/core/runtime_info.h"
 #include "lmcore/model/config.h"
 #include "tools/cli_parse.h"
 #include "tools/command.h"
@@ -57,12 +58,6 @@ int list(const codegen::Options& o) {
 
 int warm(const codegen::Options& o, const std::string& config, std::int64_t batch, std::int64_t seq,
          const std::string& dtype, bool quiet) {
-  std::string why;
-  const auto cc = codegen::find_compiler(o, &why);
-  if (!cc) {
-    std::fprintf(stderr, "lmcore codegen warm: %s\n", why.c_str());
-    return 1;
-  }
   const model::ModelConfig mc = config.empty() ? model::ModelConfig{} : model::ModelConfig::from_file(config);
   mc.validate();
   codegen::ModelShapes shapes;
@@ -70,7 +65,29 @@ int warm(const codegen::Options& o, const std::string& config, std::int64_t batc
   shapes.ffn_dim = mc.ffn_dim;
   shapes.q_dim = mc.q_dim();
   shapes.qkv_dim = mc.q_dim() + 2 * mc.kv_dim();
-  shapes.tokens = batch * seq;
+  if (__builtin_mul_overflow(batch, seq, &shapes.tokens)) {
+    std::fprintf(stderr, "lmcore codegen warm: --batch-size %lld x --seq-len %lld tokens overflows 64 bits\n",
+                 static_cast<long long>(batch), static_cast<long long>(seq));
+    return kUsageError;
+  }
+  // The trainer refuses a batch whose activations cannot fit; kernels for one are never used. The
+  // widest product's f32 output alone (tokens x 2 ffn_dim) is the floor checked here.
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  const double output_bytes = static_cast<double>(shapes.tokens) * 2.0 * static_cast<double>(mc.ffn_dim) * 4.0;
+  if (const std::uint64_t memory = physical_memory_bytes(); memory != 0 && output_bytes > static_cast<double>(memory)) {
+    std::fprintf(stderr,
+                 "lmcore codegen warm: --batch-size %lld x --seq-len %lld (%lld tokens): the gate/up product's output "
+                 "alone needs %.1f GiB, more than this machine's %.1f GiB of memory\n",
+                 static_cast<long long>(batch), static_cast<long long>(seq), static_cast<long long>(shapes.tokens),
+                 output_bytes / gib, static_cast<double>(memory) / gib);
+    return kUsageError;
+  }
+  std::string why;
+  const auto cc = codegen::find_compiler(o, &why);
+  if (!cc) {
+    std::fprintf(stderr, "lmcore codegen warm: %s\n", why.c_str());
+    return 1;
+  }
   shapes.eps = static_cast<float>(mc.norm_eps);
   shapes.dtype = dtype == "bf16" ? codegen::DType::bf16 : codegen::DType::f32;
   std::printf("compiler: %s (%s), %d workers, cache %s\n", cc->path.c_str(), cc->version.c_str(), o.workers,

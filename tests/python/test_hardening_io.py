@@ -320,7 +320,9 @@ def test_negative_legacy_storage_size_is_named_as_damage(tmp_path):
                                   ["launch", "--bogus"], ["bench", "--quik"], ["bench", "lce", "--bogus=1"],
                                   ["bench", "nosuch"], ["bench", "core", "--ranks=2"], ["bench", "--json", "-x"],
                                   ["bench", "codegen", "rmsnorm", "nosuch"], ["bench", "upgrade", "a", "b"],
-                                  ["bench", "attention", "bf16", "nosuch"]])
+                                  ["bench", "attention", "bf16", "nosuch"],
+                                  ["codegen", "warm", "--batch-size", "10000000000", "--seq-len", "10000000000"],
+                                  ["codegen", "warm", "--batch-size", "1000000000", "--seq-len", "1000000000"]])
 def test_usage_errors_exit_2(args):
     start = time.time()
     r = subprocess.run([str(CLI), *args], capture_output=True, text=True, timeout=120)
