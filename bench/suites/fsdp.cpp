@@ -9,10 +9,18 @@
 // Each configuration is one `lmcore train --fsdp` run (its ranks started by `lmcore launch`, or by the
 // namespace script) on the built-in corpus; the figures are rank 0's medians over the steps after the
 // first two. --quick: loopback, 2 ranks, neither and both. --ranks=2,4 --net=loopback,shaped
-// --rate=1gbit --steps=N --batch=N pick a subset.
+// --rate=1gbit --steps=N --batch=N|auto pick a subset.
+//
+// The set-up has communication cost about as much as compute. How much a batch computes
+// depends on the machine, so by default (--batch=auto) each rank count on the shaped link first runs
+// the plain configuration at 8 x 128 tokens per rank and, where its compute and its collectives differ
+// by more than 15%, scales the batch by their ratio (compute grows with the batch, the collectives move
+// the parameters only) and runs every configuration at that batch. Loopback stays at 8 x 128.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -155,10 +163,10 @@ std::vector<BenchTable> run_fsdp_suite(const BenchOptions& options) {
                                                 : std::vector<std::string>{"loopback", "shaped"};
   std::string rate = "1gbit";
   std::int64_t steps = options.quick ? 4 : 14;
-  // Sequences per rank and step: 8 x 128 tokens give about as much compute as the step's collectives take
-  // on a 1 Gbit/s link (2 ranks on the 2-core Xeon: 4 x 128 computed ~0.3 s against ~0.42 s of
-  // collectives, so at most ~70% of the communication could hide behind compute).
-  std::int64_t batch = 8;
+  // Sequences per rank and step; 0: auto (see the top of this file), starting from kAutoFirstBatch.
+  std::int64_t batch = 0;
+  constexpr std::int64_t kAutoFirstBatch = 8, kAutoMaxBatch = 64;
+  constexpr double kAutoTolerance = 0.15;
   for (const std::string& a : options.args) {
     if (a.rfind("--ranks=", 0) == 0) {
       rank_counts.clear();
@@ -170,10 +178,10 @@ std::vector<BenchTable> run_fsdp_suite(const BenchOptions& options) {
     } else if (a.rfind("--steps=", 0) == 0) {
       steps = std::max<std::int64_t>(3, std::stoll(a.substr(8)));
     } else if (a.rfind("--batch=", 0) == 0) {
-      batch = std::max<std::int64_t>(1, std::stoll(a.substr(8)));
+      batch = a.substr(8) == "auto" ? 0 : std::max<std::int64_t>(1, std::stoll(a.substr(8)));
     } else {
       fail("bench fsdp: unknown argument '{}' (expected --ranks=2,4 --net=loopback,shaped --rate=1gbit --steps=N "
-           "--batch=N)", a);
+           "--batch=N|auto)", a);
     }
   }
   const train::PreparedData data = train::prepare_builtin_corpus(train::default_corpus_cache_dir(), false);
@@ -197,10 +205,10 @@ std::vector<BenchTable> run_fsdp_suite(const BenchOptions& options) {
   const bool can_shape = ::geteuid() == 0 && std::filesystem::exists(script);
 
   BenchTable t;
-  t.title = fmt::format("FSDP training step ({:.1f}M parameters, {} x 128 tokens per rank, 1 thread per rank)",
-                        static_cast<double>(c.num_parameters()) / 1e6, batch);
-  t.columns = {"network", "ranks", "prefetch", "separate RS", "step s", "tokens/s", "exposed comm s", "comm s",
-               "hidden %", "cores busy %", "x neither"};
+  t.title = fmt::format("FSDP training step ({:.1f}M parameters, batch x 128 tokens per rank, 1 thread per rank)",
+                        static_cast<double>(c.num_parameters()) / 1e6);
+  t.columns = {"network", "ranks", "batch", "prefetch", "separate RS", "step s", "tokens/s", "exposed comm s",
+               "comm s", "hidden %", "cores busy %", "x neither"};
   struct Variant {
     int prefetch;
     bool separate;
@@ -210,47 +218,67 @@ std::vector<BenchTable> run_fsdp_suite(const BenchOptions& options) {
   const std::vector<Variant> variants =
       options.quick ? std::vector<Variant>{{0, false}, {1, true}}
                     : std::vector<Variant>{{0, false}, {1, false}, {0, true}, {1, true}, {2, true}};
+  // One configuration: a training run over `net`, its figures and the machine's busy fraction.
+  struct Run {
+    RunFigures f;
+    double busy = -1;
+  };
+  auto run = [&](const std::string& net, int ranks, const Variant& v, std::int64_t b) {
+    const std::string out = fmt::format("{}/{}_{}_{}_{}_{}", tmp, net, ranks, b, v.prefetch, v.separate);
+    const std::string train_cmd = fmt::format(
+        "{} train --fsdp --config {}/config.json --data '{}' --out {} --max-steps {} --batch-size {} --seq-len 128 "
+        "--eval-every 1000 --threads 1 --quiet --prefetch {}{}",
+        exe, tmp, data.train_glob, out, steps, b, v.prefetch, v.separate ? " --separate-rs-group" : "");
+    const std::string cmd =
+        net == "loopback"
+            ? fmt::format("{} launch --nproc {} -- {} > {}.log 2>&1", exe, ranks, train_cmd, out)
+            : fmt::format("bash {} --ranks {} --rate {} --delay 1ms -- {} > {}.log 2>&1", script, ranks, rate,
+                          train_cmd, out);
+    BusySampler busy(out, 2);
+    const int rc = std::system(cmd.c_str());
+    Run r;
+    r.busy = busy.finish();
+    r.f = rc == 0 ? read_run(out, 2) : RunFigures{.error = fmt::format("exit status {}", rc)};
+    if (!r.f.error.empty()) {
+      std::ifstream log(out + ".log");
+      std::string tail((std::istreambuf_iterator<char>(log)), {});
+      t.notes.push_back(fmt::format("{} {} ranks batch {} prefetch {} separate {}: {}: {}", net, ranks, b, v.prefetch,
+                                    v.separate, r.f.error, tail.substr(tail.size() > 400 ? tail.size() - 400 : 0)));
+    }
+    return r;
+  };
   for (const std::string& net : nets) {
     if (net == "shaped" && !can_shape) {
       t.notes.push_back("shaped network skipped: needs root and bench/fsdp_netns.sh");
       continue;
     }
     for (int ranks : rank_counts) {
-      double neither = -1;
+      std::int64_t b = batch > 0 ? batch : kAutoFirstBatch;
+      // The plain configuration first: the baseline of "x neither", and under auto the batch's yardstick.
+      Run plain = run(net, ranks, variants[0], b);
+      if (!plain.f.error.empty()) continue;
+      const double compute = plain.f.step_s - plain.f.wait_s;  // the step less its waits
+      std::string balance = fmt::format("{} {} ranks: compute {:.3f} s per step against collectives {:.3f} s at batch {}",
+                                        net, ranks, compute, plain.f.comm_s, b);
+      if (batch == 0 && net == "shaped" && compute > 0 && std::abs(plain.f.comm_s / compute - 1) > kAutoTolerance) {
+        b = std::clamp<std::int64_t>(std::llround(static_cast<double>(b) * plain.f.comm_s / compute), 1, kAutoMaxBatch);
+        plain = run(net, ranks, variants[0], b);
+        if (!plain.f.error.empty()) continue;
+        balance += fmt::format(" -> batch {} (auto): compute {:.3f} s against {:.3f} s", b,
+                               plain.f.step_s - plain.f.wait_s, plain.f.comm_s);
+      }
+      t.notes.push_back(balance);
+      const double neither = plain.f.step_s;
       for (const Variant& v : variants) {
-        const std::string out = fmt::format("{}/{}_{}_{}_{}", tmp, net, ranks, v.prefetch, v.separate);
-        const std::string train_cmd = fmt::format(
-            "{} train --fsdp --config {}/config.json --data '{}' --out {} --max-steps {} --batch-size {} --seq-len 128 "
-            "--eval-every 1000 --threads 1 --quiet --prefetch {}{}",
-            exe, tmp, data.train_glob, out, steps, batch, v.prefetch, v.separate ? " --separate-rs-group" : "");
-        const std::string cmd =
-            net == "loopback"
-                ? fmt::format("{} launch --nproc {} -- {} > {}.log 2>&1", exe, ranks, train_cmd, out)
-                : fmt::format("bash {} --ranks {} --rate {} --delay 1ms -- {} > {}.log 2>&1", script, ranks, rate,
-                              train_cmd, out);
-        BusySampler busy(out, 2);
-        const int rc = std::system(cmd.c_str());
-        const double busy_fraction = busy.finish();
-        RunFigures f = rc == 0 ? read_run(out, 2) : RunFigures{.error = fmt::format("exit status {}", rc)};
-        if (!f.error.empty()) {
-          std::ifstream log(out + ".log");
-          std::string tail((std::istreambuf_iterator<char>(log)), {});
-          t.notes.push_back(fmt::format("{} {} ranks prefetch {} separate {}: {}: {}", net, ranks, v.prefetch,
-                                        v.separate, f.error, tail.substr(tail.size() > 400 ? tail.size() - 400 : 0)));
-          continue;
-        }
-        if (v.prefetch == 0 && !v.separate) {
-          neither = f.step_s;
-          // The balance the overlap works with: compute alone is the step less its waits.
-          t.notes.push_back(fmt::format("{} {} ranks: compute {:.3f} s per step against collectives {:.3f} s", net,
-                                        ranks, f.step_s - f.wait_s, f.comm_s));
-        }
+        const Run r = &v == &variants[0] ? plain : run(net, ranks, v, b);
+        if (!r.f.error.empty()) continue;
+        const RunFigures& f = r.f;
         auto r3 = [](double x) { return std::round(x * 1000) / 1000; };
-        t.rows.push_back({net == "shaped" ? fmt::format("shaped {}", rate) : net, ranks, v.prefetch,
+        t.rows.push_back({net == "shaped" ? fmt::format("shaped {}", rate) : net, ranks, b, v.prefetch,
                           v.separate ? "yes" : "no", r3(f.step_s), std::round(f.tokens_per_s), r3(f.wait_s),
                           r3(f.comm_s), f.comm_s > 0 ? std::round(1000 * (1 - f.wait_s / f.comm_s)) / 10 : -1.0,
-                          busy_fraction >= 0 ? std::round(1000 * busy_fraction) / 10 : -1.0,
-                          neither > 0 ? nlohmann::json(std::round(100 * neither / f.step_s) / 100) : nlohmann::json("-")});
+                          r.busy >= 0 ? std::round(1000 * r.busy) / 10 : -1.0,
+                          std::round(100 * neither / f.step_s) / 100});
       }
     }
   }
@@ -260,6 +288,12 @@ std::vector<BenchTable> run_fsdp_suite(const BenchOptions& options) {
   t.notes.push_back(fmt::format("cores busy: all {} cores of this machine (/proc/stat: not idle, not waiting for I/O) "
                                 "while steps 3..{} ran; near 100 the step is bound by the cores, not by the link",
                                 std::thread::hardware_concurrency(), steps));
+  if (batch == 0)
+    t.notes.push_back(fmt::format("batch auto: on the shaped link each rank count runs the plain configuration at {} x "
+                                  "128 tokens per rank first; where compute and collectives differ by more than {:.0f}%, "
+                                  "every configuration runs at the batch scaled by collectives / compute (at most {}); "
+                                  "loopback stays at {}",
+                                  kAutoFirstBatch, 100 * kAutoTolerance, kAutoMaxBatch, kAutoFirstBatch));
   t.notes.push_back("shaped: bench/fsdp_netns.sh (network namespaces, veth, tc netem, or tbf rate limit where the kernel "
                     "has no netem)");
   std::filesystem::remove_all(tmp);

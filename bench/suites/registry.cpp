@@ -52,7 +52,8 @@ const std::vector<BenchSuite>& all_suites() {
         {"--net=NET[,NET...]", "loopback, shaped (default both; --quick loopback)"},
         {"--rate=RATE", "link rate of the shaped network, tc syntax (default 1gbit)"},
         {"--steps=N", "training steps per row, at least 3 (default 8; --quick 4)"},
-        {"--batch=N", "sequences of 128 tokens per rank and step (default 8)"}}},
+        {"--batch=N|auto", "sequences of 128 tokens per rank and step (default auto: on the shaped link, 8 scaled so "
+                           "that the step computes about as long as its collectives take; loopback 8)"}}},
       {"elastic", "elastic training: kill -9 of one of 3 ranks to the first step after, in-memory and disk "
                   "checkpoints, default and GPT-2-small-sized models (--quick: default, in-memory)",
        run_elastic_suite,
