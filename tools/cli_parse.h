@@ -11,8 +11,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <optional>
@@ -88,11 +88,13 @@ inline std::size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
-// The long option of `app` a mistyped "--name[=value]" most likely meant ("" if none is close): one
-// within a third of the name's length in edits, else one that the given name extends or abbreviates.
+// The long option of `app` a mistyped "--name[=value]" most likely meant ("" if none is close): the
+// nearest within max(2, a third of the name's length) edits, where one the given name extends or
+// abbreviates counts as one edit away.
 inline std::string closest_option(const CLI::App& app, const std::string& given) {
-  std::string name = given.substr(given.find_first_not_of('-'));
-  name = name.substr(0, name.find('='));
+  const std::size_t start = given.find_first_not_of('-');
+  if (start == std::string::npos) return "";  // "---": no name to match
+  const std::string name = given.substr(start, given.find('=', start) - start);
   std::string best;
   std::size_t best_distance = std::max<std::size_t>(2, name.size() / 3) + 1;
   for (const CLI::Option* opt : app.get_options()) {
@@ -115,8 +117,13 @@ inline std::string unexpected_arguments_message(const CLI::App& app) {
   std::string command = owner->get_name();  // "lmcore codegen list" for a subcommand
   for (const CLI::App* up = owner->get_parent(); up != nullptr; up = up->get_parent()) command = up->get_name() + " " + command;
   std::string message = command + ":";
+  bool after_separator = false;  // past "--" every argument is a positional one
   for (const std::string& arg : owner->remaining()) {
-    if (arg.size() > 1 && arg[0] == '-') {
+    if (arg == "--" && !after_separator) {
+      after_separator = true;
+      continue;
+    }
+    if (!after_separator && arg.size() > 1 && arg[0] == '-') {
       message += " unknown option '" + arg + "'";
       if (const std::string meant = closest_option(*owner, arg); !meant.empty()) message += " (did you mean " + meant + "?)";
     } else {

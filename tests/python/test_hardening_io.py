@@ -382,7 +382,9 @@ def test_option_values_out_of_range_are_usage_errors_naming_the_option(args, nam
     (["inspect", "a", "b", "c"], "lmcore inspect: unexpected argument 'b'; unexpected argument 'c';"),
     (["launch", "--nprc", "2", "--", "true"], "unknown option '--nprc' (did you mean --nproc?)"),
     (["codegen", "list", "--al"], "lmcore codegen list: unknown option '--al'; `lmcore codegen list --help`"),
-    (["train", "--zzzzzzzz"], "lmcore train: unknown option '--zzzzzzzz'; `lmcore train --help`")])
+    (["train", "--zzzzzzzz"], "lmcore train: unknown option '--zzzzzzzz'; `lmcore train --help`"),
+    (["inspect", "a", "---"], "lmcore inspect: unknown option '---'; `lmcore inspect --help`"),
+    (["inspect", "a", "--", "--x"], "lmcore inspect: unexpected argument '--x';")])
 def test_unknown_arguments_are_named_in_order_with_the_option_meant(args, message):
     r = subprocess.run([str(CLI), *args], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and message in r.stderr, (args, r.stderr)
