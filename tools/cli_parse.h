@@ -1,8 +1,9 @@
 // tools/cli_parse.h — how every lmcore command parses its arguments, so that they all behave alike:
 // `--help` prints the options (each with its default) and exits 0; a usage error — an unknown
 // option, a missing or malformed value, a failed check — prints a message and a pointer to --help on
-// stderr and exits 2, never CLI11's own codes (105, 106, 109, ...). Unknown options and extra
-// arguments are named in order, with the option a typo most likely meant.
+// stderr and exits 2, never CLI11's own codes (105, 106, 109, ...). Every message starts with the
+// command's name; unknown options and extra arguments are named in order, with the option a typo
+// most likely meant.
 //
 //   CLI::App app{"...", "lmcore convert"};
 //   app.add_option(...);
@@ -108,14 +109,20 @@ inline std::string closest_option(const CLI::App& app, const std::string& given)
   return best;
 }
 
+// The full name of a (sub)command: "lmcore codegen list".
+inline std::string command_name(const CLI::App& app) {
+  std::string name = app.get_name();
+  for (const CLI::App* up = app.get_parent(); up != nullptr; up = up->get_parent()) name = up->get_name() + " " + name;
+  return name;
+}
+
 // CLI11 2.1 says "The following arguments were not expected: x --out-dir" (in reverse order, without
 // the command's name); this names the command, each argument in order, and the option meant.
 inline std::string unexpected_arguments_message(const CLI::App& app) {
   const CLI::App* owner = &app;  // the (sub)command left holding the arguments
   for (const CLI::App* sub : app.get_subcommands())
     if (!sub->remaining().empty()) owner = sub;
-  std::string command = owner->get_name();  // "lmcore codegen list" for a subcommand
-  for (const CLI::App* up = owner->get_parent(); up != nullptr; up = up->get_parent()) command = up->get_name() + " " + command;
+  const std::string command = command_name(*owner);
   std::string message = command + ":";
   bool after_separator = false;  // past "--" every argument is a positional one
   for (const std::string& arg : owner->remaining()) {
@@ -144,7 +151,14 @@ inline std::optional<int> parse_args(CLI::App& app, int argc, const char* const*
     std::fprintf(stderr, "%s\n", unexpected_arguments_message(app).c_str());
     return 2;
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help: prints the options
+    // Any other usage error, named by the (sub)command it belongs to (CLI11's own text has no name).
+    const CLI::App* owner = &app;
+    for (const CLI::App* sub : app.get_subcommands())
+      if (sub->parsed()) owner = sub;
+    const std::string command = command_name(*owner);
+    std::fprintf(stderr, "%s: %s; `%s --help` lists the options\n", command.c_str(), e.what(), command.c_str());
+    return 2;
   }
   return std::nullopt;
 }

@@ -391,6 +391,16 @@ def test_unknown_arguments_are_named_in_order_with_the_option_meant(args, messag
     assert "did you mean" not in message or r.stderr.count("did you mean") == 1
 
 
+@pytest.mark.parametrize("args, message", [
+    (["train", "--lr", "nan"], "lmcore train: --lr: expected a positive number, found nan; `lmcore train --help`"),
+    (["generate"], "lmcore generate: --checkpoint is required; `lmcore generate --help` lists the options"),
+    (["tokenizer", "train"], "lmcore tokenizer train: --vocab-size is required; `lmcore tokenizer train --help`"),
+    (["codegen"], "lmcore codegen: A subcommand is required;")])
+def test_every_usage_error_names_its_command(args, message):
+    r = subprocess.run([str(CLI), *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and message in r.stderr, (args, r.stderr)
+
+
 def test_bench_suite_help_lists_its_arguments():
     r = run_cli("bench", "lce", "--help")
     for form in ["--n=N", "--h=H", "--v=V", "--dtype=DTYPE", "--budget-mib=MIB", "--repeats=N"]:
