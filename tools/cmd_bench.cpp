@@ -58,6 +58,7 @@ int run_bench(int argc, char** argv) {
       fmt::print(stderr, "lmcore {} (lmcore bench {} --help)\n", err, selected[0]->name);
       return kUsageError;
     }
+    options.sections = bench::section_keywords_in(*selected[0], options.args);
   }
   options.quick = quick;
 

@@ -85,8 +85,6 @@ std::vector<BenchTable> run_attention_bf16(const BenchOptions& options);
 
 namespace {
 
-bool attention_section_wanted(const BenchOptions& o, const char* section) { return section_wanted(o, {"flex", "bf16", "mask"}, section); }
-
 // The f32 flex rows against dense sdpa: forward, backward, and the dense baseline's own GFLOPS.
 struct FlexTables {
   BenchTable fwd, bwd, dense;
@@ -231,16 +229,16 @@ BenchTable block_mask_build_table() {
 std::vector<BenchTable> run_attention_suite(const BenchOptions& options) {
   std::vector<BenchTable> tables;
   FlexTables flex;
-  const bool with_flex = attention_section_wanted(options, "flex");
+  const bool with_flex = section_wanted(options, "flex");
   if (with_flex) {
     flex = flex_vs_dense_tables(options);
     tables.push_back(std::move(flex.fwd));
     tables.push_back(std::move(flex.bwd));
   }
-  if (attention_section_wanted(options, "bf16"))
+  if (section_wanted(options, "bf16"))
     for (BenchTable& t : run_attention_bf16(options)) tables.push_back(std::move(t));
   if (with_flex) tables.push_back(std::move(flex.dense));
-  if (attention_section_wanted(options, "mask")) tables.push_back(block_mask_build_table());
+  if (section_wanted(options, "mask")) tables.push_back(block_mask_build_table());
   return tables;
 }
 

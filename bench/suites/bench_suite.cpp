@@ -29,16 +29,25 @@ double time_median(const std::function<void()>& fn, int repeats, double max_seco
   return times[times.size() / 2];
 }
 
-bool section_wanted(const BenchOptions& options, const std::vector<std::string>& sections, const std::string& section) {
-  const auto given = [&](const std::string& name) {
-    return std::find(options.args.begin(), options.args.end(), name) != options.args.end();
-  };
-  return given(section) || std::none_of(sections.begin(), sections.end(), given);
+bool section_wanted(const BenchOptions& options, const std::string& section) {
+  return options.sections.empty() ||
+         std::find(options.sections.begin(), options.sections.end(), section) != options.sections.end();
 }
 
 namespace {
 
 bool is_positional(const BenchArg& a) { return a.form.empty() || a.form[0] != '-'; }
+
+// A positional form in lower case is a keyword, taken as written ("rmsnorm"); one in upper case is a
+// placeholder for any one word ("TREE").
+bool is_keyword(const BenchArg& a) {
+  return is_positional(a) && std::none_of(a.form.begin(), a.form.end(), [](char c) { return c >= 'A' && c <= 'Z'; });
+}
+
+// Whether `word` is one of the suite's keywords.
+bool is_keyword_of(const BenchSuite& suite, const std::string& word) {
+  return std::any_of(suite.args.begin(), suite.args.end(), [&](const BenchArg& a) { return is_keyword(a) && a.form == word; });
+}
 
 // "--ranks=N[,N...]" -> "--ranks="; "--verbose" -> "--verbose".
 std::string arg_key(const BenchArg& a) {
@@ -48,12 +57,14 @@ std::string arg_key(const BenchArg& a) {
 
 }  // namespace
 
+std::vector<std::string> section_keywords_in(const BenchSuite& suite, const std::vector<std::string>& args) {
+  std::vector<std::string> given;
+  for (const std::string& a : args)
+    if (is_keyword_of(suite, a)) given.push_back(a);
+  return given;
+}
+
 std::string check_suite_args(const BenchSuite& suite, const std::vector<std::string>& args) {
-  // A positional form in lower case is a keyword, taken as written ("rmsnorm"); one in upper case is a
-  // placeholder for any one word ("TREE").
-  const auto is_keyword = [](const BenchArg& a) {
-    return is_positional(a) && std::none_of(a.form.begin(), a.form.end(), [](char c) { return c >= 'A' && c <= 'Z'; });
-  };
   std::size_t positionals = 0;
   const std::size_t positional_slots = static_cast<std::size_t>(std::count_if(
       suite.args.begin(), suite.args.end(), [&](const BenchArg& a) { return is_positional(a) && !is_keyword(a); }));
@@ -67,8 +78,7 @@ std::string check_suite_args(const BenchSuite& suite, const std::vector<std::str
         if (ok) break;
       }
     } else {
-      ok = std::any_of(suite.args.begin(), suite.args.end(), [&](const BenchArg& a) { return is_keyword(a) && a.form == given; }) ||
-           ++positionals <= positional_slots;
+      ok = is_keyword_of(suite, given) || ++positionals <= positional_slots;
     }
     if (!ok) {
       std::string takes;

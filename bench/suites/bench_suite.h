@@ -12,8 +12,9 @@
 namespace lmcore::bench {
 
 struct BenchOptions {
-  bool quick = false;              // a short subset, for `lmcore bench --quick`
-  std::vector<std::string> args;   // extra arguments after the suite name
+  bool quick = false;                 // a short subset, for `lmcore bench --quick`
+  std::vector<std::string> args;      // extra arguments after the suite name
+  std::vector<std::string> sections;  // the suite's section keywords among args ("rmsnorm"); empty: all
 };
 
 // One table: a title, column names, rows of cells (numbers or strings), and notes printed below.
@@ -38,9 +39,11 @@ struct BenchSuite {
   std::vector<BenchArg> args = {};
 };
 
-// Whether a suite that takes section keywords (codegen's "rmsnorm gemm ...") should run `section`:
-// every section when no keyword of `sections` was given, else only those given.
-bool section_wanted(const BenchOptions& options, const std::vector<std::string>& sections, const std::string& section);
+// The section keywords among `args`: those of the suite's positional forms written in lower case
+// (codegen's "rmsnorm gemm ...", attention's "flex bf16 mask").
+std::vector<std::string> section_keywords_in(const BenchSuite& suite, const std::vector<std::string>& args);
+// Whether to run `section`: every section when options.sections is empty, else only those named.
+bool section_wanted(const BenchOptions& options, const std::string& section);
 
 // Checks a suite's arguments against its list: returns "" or a message naming the first one it does
 // not take and listing those it does.

@@ -42,10 +42,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-bool codegen_section_wanted(const BenchOptions& o, const char* section) {
-  return section_wanted(o, {"rmsnorm", "gemm", "compile", "train"}, section);
-}
-
 // Buffers on 64-byte boundaries, as the trainer's arena and parameters are.
 using Floats = std::vector<float, CacheAlignedAllocator<float>>;
 
@@ -321,10 +317,10 @@ BenchTable train_table(const BenchOptions& opt) {
 std::vector<BenchTable> run_codegen_suite(const BenchOptions& options) {
   const codegen::Options co = codegen::Options::from_env();
   std::vector<BenchTable> tables;
-  if (codegen_section_wanted(options, "rmsnorm")) tables.push_back(rmsnorm_table(options, co));
-  if (codegen_section_wanted(options, "gemm")) tables.push_back(gemm_table(options, co));
-  if (codegen_section_wanted(options, "compile")) tables.push_back(compile_table(options, co));
-  if (codegen_section_wanted(options, "train")) tables.push_back(train_table(options));
+  if (section_wanted(options, "rmsnorm")) tables.push_back(rmsnorm_table(options, co));
+  if (section_wanted(options, "gemm")) tables.push_back(gemm_table(options, co));
+  if (section_wanted(options, "compile")) tables.push_back(compile_table(options, co));
+  if (section_wanted(options, "train")) tables.push_back(train_table(options));
   return tables;
 }
 
