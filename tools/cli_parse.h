@@ -116,29 +116,34 @@ inline std::string command_name(const CLI::App& app) {
   return name;
 }
 
-// CLI11 2.1 says "The following arguments were not expected: x --out-dir" (in reverse order, without
-// the command's name); this names the command, each argument in order, and the option meant.
-inline std::string unexpected_arguments_message(const CLI::App& app) {
-  const CLI::App* owner = &app;  // the (sub)command left holding the arguments
+// The (sub)command left holding arguments it did not take, or nullptr.
+inline const CLI::App* holder_of_extras(const CLI::App& app) {
+  const CLI::App* owner = app.remaining().empty() ? nullptr : &app;
   for (const CLI::App* sub : app.get_subcommands())
     if (!sub->remaining().empty()) owner = sub;
-  const std::string command = command_name(*owner);
-  std::string message = command + ":";
+  return owner;
+}
+
+// CLI11 2.1 says "The following arguments were not expected: x --out-dir" (in reverse order, without
+// the command's name); this names each argument in order, with the option meant: " unknown option
+// '--out-dir' (did you mean --out?); unexpected argument 'x';".
+inline std::string unexpected_arguments(const CLI::App& owner) {
+  std::string message;
   bool after_separator = false;  // past "--" every argument is a positional one
-  for (const std::string& arg : owner->remaining()) {
+  for (const std::string& arg : owner.remaining()) {
     if (arg == "--" && !after_separator) {
       after_separator = true;
       continue;
     }
     if (!after_separator && arg.size() > 1 && arg[0] == '-') {
       message += " unknown option '" + arg + "'";
-      if (const std::string meant = closest_option(*owner, arg); !meant.empty()) message += " (did you mean " + meant + "?)";
+      if (const std::string meant = closest_option(owner, arg); !meant.empty()) message += " (did you mean " + meant + "?)";
     } else {
       message += " unexpected argument '" + arg + "'";
     }
     message += ";";
   }
-  return message + " `" + command + " --help` lists the options";
+  return message;
 }
 
 // The exit code when the command must stop after parsing (0: help or version printed; 2: usage
@@ -148,16 +153,24 @@ inline std::optional<int> parse_args(CLI::App& app, int argc, const char* const*
   try {
     app.parse(argc, argv);
   } catch (const CLI::ExtrasError&) {
-    std::fprintf(stderr, "%s\n", unexpected_arguments_message(app).c_str());
+    const CLI::App& owner = holder_of_extras(app) ? *holder_of_extras(app) : app;
+    const std::string command = command_name(owner);
+    std::fprintf(stderr, "%s:%s `%s --help` lists the options\n", command.c_str(), unexpected_arguments(owner).c_str(),
+                 command.c_str());
     return 2;
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help: prints the options
     // Any other usage error, named by the (sub)command it belongs to (CLI11's own text has no name).
+    // CLI11 checks values and required options before it looks for arguments nobody took, so those
+    // are named here too: one run shows every mistake on the line.
     const CLI::App* owner = &app;
     for (const CLI::App* sub : app.get_subcommands())
       if (sub->parsed()) owner = sub;
     const std::string command = command_name(*owner);
-    std::fprintf(stderr, "%s: %s; `%s --help` lists the options\n", command.c_str(), e.what(), command.c_str());
+    const CLI::App* extras = holder_of_extras(app);
+    const std::string also = extras ? unexpected_arguments(*extras) : "";
+    std::fprintf(stderr, "%s: %s;%s `%s --help` lists the options\n", command.c_str(), e.what(), also.c_str(),
+                 command.c_str());
     return 2;
   }
   return std::nullopt;

@@ -395,7 +395,14 @@ def test_unknown_arguments_are_named_in_order_with_the_option_meant(args, messag
     (["train", "--lr", "nan"], "lmcore train: --lr: expected a positive number, found nan; `lmcore train --help`"),
     (["generate"], "lmcore generate: --checkpoint is required; `lmcore generate --help` lists the options"),
     (["tokenizer", "train"], "lmcore tokenizer train: --vocab-size is required; `lmcore tokenizer train --help`"),
-    (["codegen"], "lmcore codegen: A subcommand is required;")])
+    (["codegen"], "lmcore codegen: A subcommand is required;"),
+    # A failed check and an unknown option on one line: both named, so that one run shows both.
+    (["train", "--out-dir", "x", "--lr", "nan"], "lmcore train: --lr: expected a positive number, found nan; unknown "
+     "option '--out-dir' (did you mean --out?); unexpected argument 'x'; `lmcore train --help` lists the options"),
+    (["tokenizer", "train", "--vocab-sise", "5"], "lmcore tokenizer train: --vocab-size is required; unknown option "
+     "'--vocab-sise' (did you mean --vocab-size?); `lmcore tokenizer train --help`"),
+    (["codegen", "warm", "--batch-size", "-1", "--bogus"], "lmcore codegen warm: --batch-size: expected a positive "
+     "number, found -1; unknown option '--bogus'; `lmcore codegen warm --help`")])
 def test_every_usage_error_names_its_command(args, message):
     r = subprocess.run([str(CLI), *args], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and message in r.stderr, (args, r.stderr)
