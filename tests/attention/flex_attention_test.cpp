@@ -34,10 +34,12 @@
 #include "lmcore/core/gemm_lowp.h"
 #include "lmcore/core/parallel.h"
 #include "tests/attention/test_util.h"
+#include "tests/base/base_test_util.h"
 
 namespace lmcore::attention {
 namespace {
 
+using base::testing::error_of;
 using testing::Bound;
 using testing::close_within;
 using testing::max_abs;
@@ -457,16 +459,6 @@ TEST(FlexAttention, Validation) {
   FlexOptions alibi;
   alibi.score_mod = ScoreMod::alibi({0.5f});  // one slope, two heads
   EXPECT_THROW(flex_attention(q2, k, v, alibi), Error);
-}
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 TEST(FlexAttention, MaskBuiltForAnotherBatchOrHeadCountIsAnError) {

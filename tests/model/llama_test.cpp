@@ -17,9 +17,12 @@
 #include "lmcore/model/generate.h"
 #include "lmcore/model/llama.h"
 #include "lmcore/model/parameters.h"
+#include "tests/base/base_test_util.h"
 
 namespace lmcore::model {
 namespace {
+
+using base::testing::error_of;
 
 ModelConfig small_config() {
   ModelConfig c;
@@ -33,16 +36,6 @@ ModelConfig small_config() {
   c.eos_token_id = 3;
   c.tie_embeddings = false;
   return c;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an lmcore::Error";
-  return "";
 }
 
 TEST(ModelConfig, JsonRoundTripKeepsEveryField) {

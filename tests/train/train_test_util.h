@@ -19,6 +19,7 @@
 
 namespace lmcore::train::testing {
 
+using base::testing::error_of;
 using base::testing::TempDir;
 
 // A learnable stream: documents of a repeating pattern with a little noise, separated by eos (id 1).
@@ -69,16 +70,6 @@ inline std::vector<double> logged_losses(const std::string& log) {
     if (j["event"] == "step") out.push_back(j["loss"].get<double>());
   }
   return out;
-}
-
-inline std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an lmcore::Error";
-  return "";
 }
 
 }  // namespace lmcore::train::testing
