@@ -78,7 +78,9 @@ int run_generate(int argc, char** argv) {
   // --prompt-ids is read before anything loads, so a malformed list is a usage error.
   const std::optional<std::vector<std::int32_t>> ids_from_text = parse_token_ids(prompt_ids);
   if (!ids_from_text) {
-    fmt::print(stderr, "--prompt-ids: expected token ids in [0, 2147483647] separated by spaces, found '{}'\n",
+    fmt::print(stderr,
+               "lmcore generate: --prompt-ids: expected token ids in [0, 2147483647] separated by spaces, found "
+               "'{}'; `lmcore generate --help` lists the options\n",
                prompt_ids);
     return cli::kUsageError;
   }
@@ -115,6 +117,12 @@ int run_generate(int argc, char** argv) {
     LMCORE_CHECK(prompt_len <= limit, "the prompt has {} tokens, more than the model's max_position_embeddings {}",
                  prompt_len, limit);
     const std::int64_t sampled = std::clamp<std::int64_t>(o.max_tokens, 0, limit - prompt_len);
+    // Said before the first token, so that a short answer is not mistaken for an end-of-text stop.
+    if (sampled < o.max_tokens)
+      fmt::print(stderr,
+                 "lmcore generate: samples at most {} of the {} tokens asked for: with the prompt's {} tokens that "
+                 "fills the model's max_position_embeddings ({})\n",
+                 sampled, o.max_tokens, prompt_len, limit);
     model::Generator g(m.config, m.params, std::min(limit, prompt_len + sampled));
     fmt::print("{}", prompt);
     std::fflush(stdout);

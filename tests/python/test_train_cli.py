@@ -2,10 +2,12 @@
 `lmcore convert --consolidate` equals a single-process run of the same global batch, and the
 consolidation's usage errors."""
 import json
+import subprocess
 
 import numpy as np
 import pytest
 
+import io_helpers
 import lmcore
 from io_helpers import run_cli
 
@@ -24,7 +26,6 @@ def train(tmp_path, name, *extra, nproc=1):
             "--checkpoint-every", STEPS, "--eval-every", STEPS, "--eval-batches", 1, "--threads", 1,
             "--quiet", "--out", out, *extra]
     if nproc > 1:
-        import io_helpers
         args = ["launch", "--nproc", nproc, "--", io_helpers.CLI, *args]
     r = run_cli(*args, check=False)
     assert r.returncode == 0, r.stderr + r.stdout
@@ -94,3 +95,21 @@ def test_sizes_past_the_machine_are_refused_at_start_up(tmp_path):
                 tmp_path / "run", check=False)
     assert r.returncode == 1, r.stderr
     assert "batch 8 x seq_len 1073741824" in r.stderr and "GiB of memory" in r.stderr, r.stderr
+
+
+def test_generate_says_when_the_context_cuts_the_tokens_asked_for(tmp_path):
+    """Asking for more tokens than max_position_embeddings leaves room for was clamped without a word,
+    so a short answer looked like an end-of-text stop."""
+    run = train(tmp_path, "single", "--batch-size", 4)
+
+    def generate(max_tokens):  # stdout is the tokens' bytes, which need not be whole UTF-8 characters
+        r = subprocess.run([str(io_helpers.CLI), "generate", "--checkpoint", str(run), "--prompt-ids", "1 2",
+                            "--max-tokens", str(max_tokens)], capture_output=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        return r.stderr.decode()
+    assert ("samples at most 62 of the 1000 tokens asked for: with the prompt's 2 tokens that fills the model's "
+            "max_position_embeddings (64)") in generate(1000)
+    assert "samples at most" not in generate(62)
+    r = run_cli("generate", "--checkpoint", run, "--prompt-ids", "1 x", check=False)
+    assert r.returncode == 2 and r.stderr.startswith("lmcore generate: --prompt-ids: expected token ids") and \
+        "`lmcore generate --help` lists the options" in r.stderr, r.stderr
