@@ -102,6 +102,12 @@ void bind_io(py::module_& m) {
       },
       py::arg("path"), "The checkpoint format of a file, from its bytes.");
   m.def(
+      "output_format_for",
+      [](const std::string& path) { return std::string(io::format_name(io::output_format_for(path))); },
+      py::arg("path"),
+      "The format a checkpoint written to `path` gets from its extension, as `lmcore convert` decides it: "
+      "'safetensors' (.safetensors), 'pytorch-zip' (.pt, .pth, .bin, .ckpt) or 'unknown'.");
+  m.def(
       "save_safetensors",
       [](const std::string& path, const py::dict& tensors, const py::dict& metadata) {
         const io::NamedTensors t = named_tensors(tensors, "save_safetensors");

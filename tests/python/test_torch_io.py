@@ -85,6 +85,25 @@ def test_dtypes_torch_lacks_are_refused_by_name(tmp_path):
         lt.load(tmp_path / "u.npz")
 
 
+def test_save_takes_the_format_from_the_extension(tmp_path):
+    """A "model.pt" used to get safetensors unless format="torch" was passed, and torch.load then
+    failed with "invalid load key"; the extension rule is the one `lmcore convert` follows."""
+    sd = {"w": torch.arange(6.0).view(2, 3), "b": torch.tensor([True, False])}
+    for name, fmt in [("m.pt", "pytorch-zip"), ("m.pth", "pytorch-zip"), ("m.bin", "pytorch-zip"),
+                      ("m.ckpt", "pytorch-zip"), ("m.safetensors", "safetensors")]:
+        lt.save(sd, tmp_path / name)
+        assert lmcore.detect_format(str(tmp_path / name)) == fmt, name
+        back = torch.load(tmp_path / name) if fmt == "pytorch-zip" else lt.load(tmp_path / name)
+        assert torch.equal(back["w"], sd["w"]) and torch.equal(back["b"], sd["b"]), name
+    lt.save(sd, tmp_path / "named.pt", format="safetensors")  # an explicit format wins over the name
+    assert lmcore.detect_format(str(tmp_path / "named.pt")) == "safetensors"
+    with pytest.raises(ValueError, match=r"weights: cannot tell the format from the extension .*format='torch'"):
+        lt.save(sd, tmp_path / "weights")
+    with pytest.raises(ValueError, match="metadata: only the safetensors format stores metadata"):
+        lt.save(sd, tmp_path / "meta.pt", metadata={"a": "b"})
+    assert not (tmp_path / "weights").exists() and not (tmp_path / "meta.pt").exists()
+
+
 def test_save_errors_name_the_key(tmp_path):
     with pytest.raises(TypeError, match=r"state_dict\['step'\]: expected a torch.Tensor, found int"):
         lt.save({"w": torch.ones(2), "step": 3}, tmp_path / "x.safetensors")

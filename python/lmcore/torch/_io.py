@@ -1,7 +1,7 @@
 """lmcore.torch.load / save: checkpoints as dict[str, torch.Tensor] without unpickling.
 
     state = lmcore.torch.load("model.safetensors")          # or a torch.save zip, legacy .pt, .npy, .npz
-    lmcore.torch.save(model.state_dict(), "model.pt", format="torch")   # torch.load(weights_only=True) reads it
+    lmcore.torch.save(model.state_dict(), "model.pt")   # torch.save's zip: torch.load(weights_only=True) reads it
 
 load reads every format lmcore.load reads (detected from the bytes; no Python object is ever
 unpickled). With mmap=True the tensors view the mapped file zero-copy wherever the file's layout
@@ -10,8 +10,9 @@ tensor and never the file. Nested dicts come back flattened with dotted names. B
 is converted on load. dtypes torch 1.13 lacks (float8, uint16/32/64) are refused naming the tensor.
 
 save writes safetensors (names sorted, with optional metadata) or torch.save's zip format,
-atomically. Tensors that require grad are saved detached; bool tensors are written as bool; every
-value must be a CPU torch tensor (the key is named otherwise).
+atomically; the format comes from the extension unless format= names it. Tensors that require grad
+are saved detached; bool tensors are written as bool; every value must be a CPU torch tensor (the
+key is named otherwise).
 """
 import os
 
@@ -36,8 +37,17 @@ def load(path, mmap=True):
     return out
 
 
-def save(state_dict, path, format="safetensors", metadata=None):
-    """Writes state_dict (name -> CPU torch tensor) as safetensors or in torch.save's zip format."""
+def save(state_dict, path, format=None, metadata=None):
+    """Writes state_dict (name -> CPU torch tensor) as safetensors or in torch.save's zip format;
+    format None: from the extension, as `lmcore convert` decides (.safetensors; .pt .pth .bin .ckpt)."""
+    path = os.fspath(path)
+    if format is None:
+        # Not safetensors whatever the name: torch.load of a "model.pt" holding safetensors fails with
+        # "invalid load key", far from the save that caused it.
+        format = {"safetensors": "safetensors", "pytorch-zip": "torch"}.get(_lmcore.output_format_for(path))
+        if format is None:
+            raise ValueError(f"{path}: cannot tell the format from the extension (.safetensors, or .pt .pth .bin "
+                             f".ckpt for torch.save's); pass format='safetensors' or format='torch'")
     if format not in ("safetensors", "torch"):
         raise ValueError(f"format: expected 'safetensors' or 'torch', found {format!r}")
     if not hasattr(state_dict, "items"):
@@ -50,7 +60,6 @@ def save(state_dict, path, format="safetensors", metadata=None):
             raise TypeError(f"state_dict: keys must be str, found {type(name).__name__} ({name!r})")
         check_tensor(t, f"state_dict['{name}']")
         tensors[name] = to_lmcore(t, f"state_dict['{name}']")
-    path = os.fspath(path)
     if format == "safetensors":
         _lmcore.save_safetensors(path, tensors, {str(k): str(v) for k, v in (metadata or {}).items()})
     else:
