@@ -421,7 +421,7 @@ static inline float act_1(float g, float u) {
 #if DSWIGLU
 // The SwiGLU backward: d holds dA of columns [n0, n0 + cols); gate and up come from aux.
 static void epilogue_row(const lmcore_gemm_args* a, int64_t m, int64_t n0, int64_t cols, const float* d,
-                         const float*) {
+                         const float*, int) {
   const float* gg = a->aux + m * a->ldx + n0;
   const float* uu = gg + N;
   float* dg = a->c + m * a->ldc + n0;
@@ -440,18 +440,19 @@ static void epilogue_row(const lmcore_gemm_args* a, int64_t m, int64_t n0, int64
   }
 }
 #else
+// store_pre: P goes to pre here (0: the product was written there in place).
 static void epilogue_row(const lmcore_gemm_args* a, int64_t m, int64_t n0, int64_t cols, const float* g,
-                         const float* u) {
+                         const float* u, int store_pre) {
   float* c = a->c + m * a->ldc + n0;
   const float* res = RES ? a->residual + m * a->ldr + n0 : 0;
-  float* pre = PRE ? a->pre + m * a->ldp + n0 : 0;
+  float* pre = PRE && store_pre ? a->pre + m * a->ldp + n0 : 0;
   const float* bias = BIAS ? a->bias + n0 : 0;
   int64_t j = 0;
   for (; j + W <= cols; j += W) {
     vf gv = ld_f32(g + j), uv = splat(0);
     if (SWIGLU) uv = ld_f32(u + j);
     if (BIAS) { gv += ld_f32(bias + j); if (SWIGLU) uv += ld_f32(bias + N + j); }
-    if (PRE) { st_nt(pre + j, gv); if (SWIGLU) st_nt(pre + N + j, uv); }
+    if (PRE && store_pre) { st_nt(pre + j, gv); if (SWIGLU) st_nt(pre + N + j, uv); }
     vf y = act_v(gv, uv);
     if (RES) y += ld_f32(res + j);
     st_f32(c + j, y);
@@ -459,7 +460,7 @@ static void epilogue_row(const lmcore_gemm_args* a, int64_t m, int64_t n0, int64
   for (; j < cols; ++j) {
     float gv = g[j], uv = SWIGLU ? u[j] : 0.0f;
     if (BIAS) { gv += bias[j]; if (SWIGLU) uv += bias[N + j]; }
-    if (PRE) { pre[j] = gv; if (SWIGLU) pre[N + j] = uv; }
+    if (PRE && store_pre) { pre[j] = gv; if (SWIGLU) pre[N + j] = uv; }
     float y = act_1(gv, uv);
     if (RES) y += res[j];
     c[j] = y;
@@ -471,13 +472,16 @@ static void epilogue_row(const lmcore_gemm_args* a, int64_t m, int64_t n0, int64
     s += fmt::format("#define TM {}\n#define TN {}\n", v.tile_m, v.tile_n);
     s += R"(
 // The "blas" core: for each TM x TN output tile, sgemm writes the product (gate and up halves for
-// swiglu) to a tile buffer (or straight into pre when it is stored), and the epilogue reads it back
-// while it is still in L1/L2.
+// swiglu) to a tile buffer, or, when P is stored without a bias, straight into pre; the epilogue reads
+// it back while it is still in L1/L2 (P + bias goes to pre from there). For swiglu at full width the
+// gate and up columns, adjacent in B, are one product of 2N columns, whose C is dense (oneDNN takes
+// its slower jit sgemm for a strided C, e.g. the gate half of a [gate | up] row).
 static inline const float* bcol(const lmcore_gemm_args* a, int64_t n) { return BT ? a->b + n * a->ldb : a->b + n; }
 static const int64_t TNE = TN < N ? TN : N;
 // A plain product (no bias, activation, residual or stored P): sgemm writes C itself, no epilogue pass.
 #define PLAIN (ACT == 0 && !BIAS && !RES && !PRE)
-LMC_EXPORT int64_t lmcore_gemm_scratch_floats(void) { return PRE || PLAIN ? 0 : TM * TNE * (SWIGLU ? 2 : 1); }
+#define IN_PLACE (PRE && !BIAS)
+LMC_EXPORT int64_t lmcore_gemm_scratch_floats(void) { return PLAIN || IN_PLACE ? 0 : TM * TNE * (SWIGLU ? 2 : 1); }
 LMC_EXPORT int64_t lmcore_gemm_packed_panels(void) { return 0; }
 LMC_EXPORT int64_t lmcore_gemm_packed_floats(void) { return 0; }
 LMC_EXPORT void lmcore_gemm_pack_b(const lmcore_gemm_args*, float*, int64_t, int64_t) {}
@@ -488,16 +492,24 @@ LMC_EXPORT void lmcore_gemm_epilogue(const lmcore_gemm_args* a) {
     const int64_t mr = a->row_end - m0 < TM ? a->row_end - m0 : TM;
     for (int64_t n0 = 0; n0 < N; n0 += tn) {
       const int64_t nc = N - n0 < tn ? N - n0 : tn;
-      float* g; float* u = 0; int64_t ldt;
       if (PLAIN) {
         a->sgemm(BT, mr, nc, K, a->a + m0 * a->lda, a->lda, bcol(a, n0), a->ldb, a->c + m0 * a->ldc + n0, a->ldc);
         continue;
       }
-      if (PRE) { g = a->pre + m0 * a->ldp + n0; u = g + N; ldt = a->ldp; }
-      else { g = buf; u = buf + TM * tn; ldt = tn; }
-      a->sgemm(BT, mr, nc, K, a->a + m0 * a->lda, a->lda, bcol(a, n0), a->ldb, g, ldt);
-      if (SWIGLU) a->sgemm(BT, mr, nc, K, a->a + m0 * a->lda, a->lda, bcol(a, N + n0), a->ldb, u, ldt);
-      for (int64_t i = 0; i < mr; ++i) epilogue_row(a, m0 + i, n0, nc, g + i * ldt, SWIGLU ? u + i * ldt : 0);
+      float* g; float* u = 0; int64_t ldt;
+      if (IN_PLACE) { g = a->pre + m0 * a->ldp + n0; ldt = a->ldp; }
+      else { g = buf; ldt = SWIGLU && nc == N ? 2 * N : nc; }
+      if (SWIGLU && nc == N) {  // rows of [gate | up], one product
+        u = g + N;
+        a->sgemm(BT, mr, 2 * N, K, a->a + m0 * a->lda, a->lda, bcol(a, 0), a->ldb, g, ldt);
+      } else {
+        a->sgemm(BT, mr, nc, K, a->a + m0 * a->lda, a->lda, bcol(a, n0), a->ldb, g, ldt);
+        if (SWIGLU) {
+          u = IN_PLACE ? g + N : g + mr * nc;
+          a->sgemm(BT, mr, nc, K, a->a + m0 * a->lda, a->lda, bcol(a, N + n0), a->ldb, u, ldt);
+        }
+      }
+      for (int64_t i = 0; i < mr; ++i) epilogue_row(a, m0 + i, n0, nc, g + i * ldt, SWIGLU ? u + i * ldt : 0, !IN_PLACE);
     }
   }
   sfence_nt();
@@ -607,7 +619,7 @@ LMC_EXPORT void lmcore_gemm_epilogue(const lmcore_gemm_args* a) {
         if (SWIGLU)
           for (int64_t i0 = 0; i0 < mc; i0 += MR) micro(pa + k0 * MC + i0 * kc, pu + k0 * NR, kc, tu + i0 * NR, k0 == 0);
       }
-      for (int64_t i = 0; i < mc; ++i) epilogue_row(a, m0 + i, n0, cols, tg + i * NR, tu + i * NR);
+      for (int64_t i = 0; i < mc; ++i) epilogue_row(a, m0 + i, n0, cols, tg + i * NR, tu + i * NR, 1);
     }
   }
   sfence_nt();
