@@ -67,6 +67,9 @@ int run_bench(int argc, char** argv) {
     std::vector<bench::BenchTable> tables;
     try {
       tables = suite->run(options);
+    } catch (const bench::BenchUsageError& e) {
+      fmt::print(stderr, "lmcore {} (lmcore bench {} --help)\n", e.what(), suite->name);
+      return kUsageError;
     } catch (const std::invalid_argument& e) {  // std::stoi and friends on a malformed value
       fmt::print(stderr, "lmcore bench {}: a malformed number in {} ({})\n", suite->name, fmt::join(options.args, " "),
                  e.what());

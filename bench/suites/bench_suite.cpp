@@ -5,10 +5,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <optional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "lmcore/core/error.h"
 
@@ -89,6 +94,69 @@ std::string check_suite_args(const BenchSuite& suite, const std::vector<std::str
     }
   }
   return "";
+}
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    const std::size_t comma = std::min(s.find(',', start), s.size());
+    if (comma > start) out.push_back(s.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+namespace {
+
+// The whole of `text` as an integer in [lo, hi], or nullopt.
+std::optional<std::int64_t> whole_integer(const std::string& text, std::int64_t lo, std::int64_t hi) {
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0]))) return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (errno == ERANGE || end != text.c_str() + text.size() || v < lo || v > hi) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+std::int64_t int_arg(const std::string& suite, const std::string& arg, const std::string& prefix, std::int64_t lo,
+                     std::int64_t hi) {
+  const std::string text = arg.substr(prefix.size());
+  if (const auto v = whole_integer(text, lo, hi)) return *v;
+  throw BenchUsageError(fmt::format("bench {}: {}: expected an integer in [{}, {}], found '{}'", suite, arg, lo, hi, text));
+}
+
+std::vector<std::int64_t> int_list_arg(const std::string& suite, const std::string& arg, const std::string& prefix,
+                                       std::int64_t lo, std::int64_t hi) {
+  std::vector<std::int64_t> out;
+  const std::vector<std::string> items = split_commas(arg.substr(prefix.size()));
+  for (const std::string& item : items)
+    if (const auto v = whole_integer(item, lo, hi)) out.push_back(*v);
+  if (out.empty() || out.size() != items.size())
+    throw BenchUsageError(fmt::format("bench {}: {}: expected integers in [{}, {}] separated by commas", suite, arg, lo, hi));
+  return out;
+}
+
+std::vector<std::string> name_list_arg(const std::string& suite, const std::string& arg, const std::string& prefix,
+                                       const std::vector<std::string>& choices) {
+  std::vector<std::string> out = split_commas(arg.substr(prefix.size()));
+  const bool ok = !out.empty() && std::all_of(out.begin(), out.end(), [&](const std::string& n) {
+    return std::find(choices.begin(), choices.end(), n) != choices.end();
+  });
+  if (!ok)
+    throw BenchUsageError(fmt::format("bench {}: {}: expected one or more of {} separated by commas", suite, arg,
+                                      fmt::join(choices, ", ")));
+  return out;
+}
+
+std::string name_arg(const std::string& suite, const std::string& arg, const std::string& prefix,
+                     const std::vector<std::string>& choices) {
+  const std::string name = arg.substr(prefix.size());
+  if (std::find(choices.begin(), choices.end(), name) == choices.end())
+    throw BenchUsageError(fmt::format("bench {}: {}: expected one of {}", suite, arg, fmt::join(choices, ", ")));
+  return name;
 }
 
 std::string suite_help(const BenchSuite& suite) {

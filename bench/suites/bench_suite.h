@@ -3,11 +3,14 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "lmcore/core/error.h"
 
 namespace lmcore::bench {
 
@@ -48,6 +51,28 @@ bool section_wanted(const BenchOptions& options, const std::string& section);
 // Checks a suite's arguments against its list: returns "" or a message naming the first one it does
 // not take and listing those it does.
 std::string check_suite_args(const BenchSuite& suite, const std::vector<std::string>& args);
+// A suite argument it cannot use (a malformed or out-of-range value, an unknown name): `lmcore bench`
+// prints the message with a pointer to the suite's --help and exits 2. Suites read their arguments
+// with the readers below before they measure anything.
+class BenchUsageError : public Error {
+ public:
+  using Error::Error;
+};
+
+// The items of a comma-separated list, empty ones dropped ("2,,4" -> {"2", "4"}).
+std::vector<std::string> split_commas(const std::string& s);
+// Readers of `arg`'s value after `prefix` ("--steps=" in "--steps=8"): a whole integer in [lo, hi], a
+// non-empty comma-separated list of them, a name among `choices`, or a list of such names. Each throws BenchUsageError
+// naming the suite, the argument and what it expects.
+std::int64_t int_arg(const std::string& suite, const std::string& arg, const std::string& prefix, std::int64_t lo,
+                     std::int64_t hi);
+std::vector<std::int64_t> int_list_arg(const std::string& suite, const std::string& arg, const std::string& prefix,
+                                       std::int64_t lo, std::int64_t hi);
+std::vector<std::string> name_list_arg(const std::string& suite, const std::string& arg, const std::string& prefix,
+                                       const std::vector<std::string>& choices);
+std::string name_arg(const std::string& suite, const std::string& arg, const std::string& prefix,
+                     const std::vector<std::string>& choices);
+
 // The `lmcore bench SUITE --help` text: the description and every listed argument.
 std::string suite_help(const BenchSuite& suite);
 

@@ -76,17 +76,9 @@ std::int64_t parse_bytes(const std::string& text) {
   }
   const std::string unit = text.substr(used);
   const std::int64_t scale = unit.empty() ? 1 : unit == "K" ? 1 << 10 : unit == "M" ? 1 << 20 : 0;
-  LMCORE_CHECK(used > 0 && scale > 0 && v > 0, "bench comm: size '{}' is not a positive number of bytes (4K, 64M)", text);
+  if (used == 0 || scale == 0 || v <= 0 || v > (std::int64_t{1} << 40) / scale)
+    throw BenchUsageError(fmt::format("bench comm: size '{}' is not a number of bytes in [1, 1T] (4K, 64M)", text));
   return v * scale;
-}
-
-std::vector<std::string> split_commas(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
 }
 
 // Runs in each spawned rank; rank 0 writes "variant size seconds" lines to `result`.
@@ -292,14 +284,11 @@ std::vector<BenchTable> run_comm_suite(const BenchOptions& options) {
   for (const std::string& a : options.args) {
     if (a.rfind("--ranks=", 0) == 0) {
       worlds.clear();
-      for (const std::string& w : split_commas(a.substr(8))) {
-        const int n = std::atoi(w.c_str());
-        LMCORE_CHECK(n >= 2 && n <= 64, "bench comm: --ranks wants world sizes in [2, 64], found '{}'", w);
-        worlds.push_back(n);
-      }
+      for (std::int64_t n : int_list_arg("comm", a, "--ranks=", 2, 64)) worlds.push_back(static_cast<int>(n));
     } else if (a.rfind("--sizes=", 0) == 0) {
       sizes.clear();
       for (const std::string& b : split_commas(a.substr(8))) sizes.push_back(parse_bytes(b));
+      if (sizes.empty()) throw BenchUsageError(fmt::format("bench comm: {}: expected sizes separated by commas", a));
     } else {
       fail("bench comm: unknown argument '{}', expected --ranks=N[,N...] or --sizes=BYTES[,BYTES...]", a);
     }

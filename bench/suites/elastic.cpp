@@ -43,15 +43,6 @@ std::string self_exe() {
   return ec ? std::string("lmcore") : p.string();
 }
 
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
 Recovery read_recovery(const std::string& out) {
   Recovery r;
   double killed = -1;
@@ -97,9 +88,9 @@ std::vector<BenchTable> run_elastic_suite(const BenchOptions& options) {
                                                  : std::vector<std::string>{"memory", "disk"};
   std::int64_t seq = 128;
   for (const std::string& a : options.args) {
-    if (a.rfind("--models=", 0) == 0) models = split_list(a.substr(9));
-    else if (a.rfind("--checkpoints=", 0) == 0) kinds = split_list(a.substr(14));
-    else if (a.rfind("--seq=", 0) == 0) seq = std::max<std::int64_t>(8, std::stoll(a.substr(6)));
+    if (a.rfind("--models=", 0) == 0) models = name_list_arg("elastic", a, "--models=", {"default", "gpt2"});
+    else if (a.rfind("--checkpoints=", 0) == 0) kinds = name_list_arg("elastic", a, "--checkpoints=", {"memory", "disk"});
+    else if (a.rfind("--seq=", 0) == 0) seq = int_arg("elastic", a, "--seq=", 8, 1 << 20);
     else fail("bench elastic: unknown argument '{}' (expected --models=default,gpt2 --checkpoints=memory,disk --seq=N)", a);
   }
   const train::PreparedData data = train::prepare_builtin_corpus(train::default_corpus_cache_dir(), false);

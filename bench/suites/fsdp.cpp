@@ -24,6 +24,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -146,13 +147,11 @@ std::string self_exe() {
   return ec ? std::string("lmcore") : p.string();
 }
 
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
+// A positive tc rate ("1gbit", "100mbit", "2.5Gbit", "125mbps"): it goes into the link script's command line,
+// so nothing but a number and a unit gets there.
+bool is_tc_rate(const std::string& r) {
+  static const std::regex rate(R"(([1-9][0-9]*(\.[0-9]+)?|0\.[0-9]*[1-9][0-9]*)([kKmMgGtT]?(bit|bps))?)");
+  return std::regex_match(r, rate);
 }
 
 }  // namespace
@@ -170,15 +169,17 @@ std::vector<BenchTable> run_fsdp_suite(const BenchOptions& options) {
   for (const std::string& a : options.args) {
     if (a.rfind("--ranks=", 0) == 0) {
       rank_counts.clear();
-      for (const auto& r : split_list(a.substr(8))) rank_counts.push_back(std::stoi(r));
+      for (std::int64_t r : int_list_arg("fsdp", a, "--ranks=", 2, 64)) rank_counts.push_back(static_cast<int>(r));
     } else if (a.rfind("--net=", 0) == 0) {
-      nets = split_list(a.substr(6));
+      nets = name_list_arg("fsdp", a, "--net=", {"loopback", "shaped"});
     } else if (a.rfind("--rate=", 0) == 0) {
       rate = a.substr(7);
+      if (!is_tc_rate(rate))
+        throw BenchUsageError(fmt::format("bench fsdp: {}: expected a tc rate such as 1gbit, 100mbit or 125mbps", a));
     } else if (a.rfind("--steps=", 0) == 0) {
-      steps = std::max<std::int64_t>(3, std::stoll(a.substr(8)));
+      steps = int_arg("fsdp", a, "--steps=", 3, 100000);
     } else if (a.rfind("--batch=", 0) == 0) {
-      batch = a.substr(8) == "auto" ? 0 : std::max<std::int64_t>(1, std::stoll(a.substr(8)));
+      batch = a.substr(8) == "auto" ? 0 : int_arg("fsdp", a, "--batch=", 1, 4096);
     } else {
       fail("bench fsdp: unknown argument '{}' (expected --ranks=2,4 --net=loopback,shaped --rate=1gbit --steps=N "
            "--batch=N|auto)", a);

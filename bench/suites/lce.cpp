@@ -166,12 +166,16 @@ std::vector<BenchTable> run_lce_suite(const BenchOptions& options) {
     const auto value = [&](const char* key) -> const char* {
       return a.rfind(key, 0) == 0 ? a.c_str() + std::string(key).size() : nullptr;
     };
-    if (const char* x = value("--n=")) n = std::stoll(x);
-    else if (const char* x = value("--h=")) hs = {std::stoll(x)};
-    else if (const char* x = value("--v=")) vs = {std::stoll(x)};
-    else if (const char* x = value("--dtype=")) dtypes = {dtype_from_name(x)};
-    else if (const char* x = value("--budget-mib=")) budget = std::stoll(x) << 20;
-    else if (const char* x = value("--repeats=")) repeats = std::max(1, std::stoi(x));
+    constexpr std::int64_t kMax = std::int64_t{1} << 31;
+    if (value("--n=")) n = int_arg("lce", a, "--n=", 1, kMax);
+    else if (value("--h=")) hs = {int_arg("lce", a, "--h=", 1, kMax)};
+    else if (value("--v=")) vs = {int_arg("lce", a, "--v=", 1, kMax)};
+    else if (value("--dtype=")) {
+      dtypes.clear();
+      for (const std::string& d : name_list_arg("lce", a, "--dtype=", {"f32", "bf16"})) dtypes.push_back(dtype_from_name(d));
+    }
+    else if (value("--budget-mib=")) budget = int_arg("lce", a, "--budget-mib=", 1, std::int64_t{1} << 30) << 20;
+    else if (value("--repeats=")) repeats = static_cast<int>(int_arg("lce", a, "--repeats=", 1, 10000));
     else fail("bench lce: unknown argument '{}' (expected --n=, --h=, --v=, --dtype=, --budget-mib=, --repeats=)", a);
   }
 

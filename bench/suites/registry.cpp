@@ -27,7 +27,7 @@ const std::vector<BenchSuite>& all_suites() {
        {{"--n=N", "tokens (default 4096; --quick 2048)"},
         {"--h=H", "one hidden size (default 1024 and 2048; --quick 64)"},
         {"--v=V", "one vocabulary size (default 32000 and 128256; --quick 4000 and 16000)"},
-        {"--dtype=DTYPE", "one dtype, f32 or bf16 (default both)"},
+        {"--dtype=DTYPE[,DTYPE]", "f32, bf16 (default both)"},
         {"--budget-mib=MIB", "memory budget of the fused logits (default 128; --quick 16)"},
         {"--repeats=N", "timed runs per variant, the median is shown (default 1)"},
         {"--lce-child=SPEC", ""}}},
@@ -48,11 +48,11 @@ const std::vector<BenchSuite>& all_suites() {
       {"fsdp", "sharded training: step time and exposed communication, 2 and 4 ranks, prefetch and a separate "
                "reduce-scatter group, loopback and shaped links (--quick: loopback, 2 ranks)",
        run_fsdp_suite,
-       {{"--ranks=N[,N...]", "rank counts (default 2,4; --quick 2)"},
+       {{"--ranks=N[,N...]", "rank counts, 2-64 (default 2,4; --quick 2)"},
         {"--net=NET[,NET...]", "loopback, shaped (default both; --quick loopback)"},
-        {"--rate=RATE", "link rate of the shaped network, tc syntax (default 1gbit)"},
-        {"--steps=N", "training steps per row, at least 3 (default 8; --quick 4)"},
-        {"--batch=N|auto", "sequences of 128 tokens per rank and step (default auto: on the shaped link, 8 scaled so "
+        {"--rate=RATE", "link rate of the shaped network, a number and a tc unit: 1gbit, 100mbit, 125mbps (default 1gbit)"},
+        {"--steps=N", "training steps per row, at least 3 (default 14; --quick 4)"},
+        {"--batch=N|auto", "sequences of 128 tokens per rank and step, 1-4096 (default auto: on the shaped link, 8 scaled so "
                            "that the step computes about as long as its collectives take; loopback 8)"}}},
       {"elastic", "elastic training: kill -9 of one of 3 ranks to the first step after, in-memory and disk "
                   "checkpoints, default and GPT-2-small-sized models (--quick: default, in-memory)",
@@ -64,7 +64,7 @@ const std::vector<BenchSuite>& all_suites() {
                     "and all threads, 64 MB of man pages and sources (--quick: 8 MB, vocab 8192)",
        run_tokenizer_suite,
        {{"--mb=N", "megabytes of text (default 64; --quick 8)"},
-        {"--vocab=N", "one vocabulary size (default 8192 and 32000; --quick 8192)"},
+        {"--vocab=N", "one vocabulary size, at least 257 (default 8192 and 32000; --quick 8192)"},
         {"--no-spm-train", "skip training sentencepiece (default: train it)"}}},
       {"codegen", "generated kernels: RMSNorm GB/s vs memcpy and torch 1.13, fused vs unfused GEMM epilogues, compile "
                   "and load times, default-model step with and without (args: rmsnorm gemm compile train)",

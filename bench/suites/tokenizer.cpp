@@ -159,8 +159,8 @@ std::vector<BenchTable> run_tokenizer_suite(const BenchOptions& options) {
   std::vector<std::int64_t> vocabs = options.quick ? std::vector<std::int64_t>{8192} : std::vector<std::int64_t>{8192, 32000};
   bool spm_train = true;
   for (const std::string& a : options.args) {
-    if (a.rfind("--mb=", 0) == 0) mb = std::stoull(a.substr(5));
-    else if (a.rfind("--vocab=", 0) == 0) vocabs = {std::stoll(a.substr(8))};
+    if (a.rfind("--mb=", 0) == 0) mb = static_cast<std::uint64_t>(int_arg("tokenizer", a, "--mb=", 1, 100000));
+    else if (a.rfind("--vocab=", 0) == 0) vocabs = {int_arg("tokenizer", a, "--vocab=", 257, 1 << 24)};
     else if (a == "--no-spm-train") spm_train = false;
     else fail("bench tokenizer: unknown argument '{}' (expected --mb=N, --vocab=N, --no-spm-train)", a);
   }

@@ -172,26 +172,13 @@ Measured run_torch(const TrainCase& c, DType dtype, int steps, const std::string
   return r;
 }
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::string cur;
-  for (char ch : s + ",") {
-    if (ch == ',') {
-      if (!cur.empty()) out.push_back(cur);
-      cur.clear();
-    } else {
-      cur += ch;
-    }
-  }
-  return out;
-}
 
 }  // namespace
 
 std::vector<BenchTable> run_train_suite(const BenchOptions& options) {
   for (const std::string& a : options.args)
     if (a.rfind(kTrainChildFlag, 0) == 0) {  // the worker process of run_lmcore
-      const std::vector<std::string> spec = split(a.substr(std::string(kTrainChildFlag).size()));
+      const std::vector<std::string> spec = split_commas(a.substr(std::string(kTrainChildFlag).size()));
       LMCORE_CHECK(spec.size() == 4, "bench train: {} wants MODEL,DTYPE,STEPS,KEEP, got '{}'", kTrainChildFlag, a);
       for (const TrainCase& c : cases())
         if (c.name == spec[0]) {
@@ -208,10 +195,10 @@ std::vector<BenchTable> run_train_suite(const BenchOptions& options) {
   int steps = options.quick ? 2 : 3;
   std::string keep_gate_up = "auto";
   for (const std::string& a : options.args) {
-    if (a.rfind("--models=", 0) == 0) models = split(a.substr(9));
-    else if (a.rfind("--dtypes=", 0) == 0) dtypes = split(a.substr(9));
-    else if (a.rfind("--steps=", 0) == 0) steps = std::max(1, std::stoi(a.substr(8)));
-    else if (a.rfind("--keep-gate-up=", 0) == 0) keep_gate_up = a.substr(15);
+    if (a.rfind("--models=", 0) == 0) models = name_list_arg("train", a, "--models=", {"default", "gpt2"});
+    else if (a.rfind("--dtypes=", 0) == 0) dtypes = name_list_arg("train", a, "--dtypes=", {"f32", "bf16"});
+    else if (a.rfind("--steps=", 0) == 0) steps = static_cast<int>(int_arg("train", a, "--steps=", 1, 100000));
+    else if (a.rfind("--keep-gate-up=", 0) == 0) keep_gate_up = name_arg("train", a, "--keep-gate-up=", {"auto", "on", "off"});
     else fail("bench train: unknown argument '{}' (expected --models=default,gpt2 --dtypes=f32,bf16 --steps=N "
               "--keep-gate-up=auto|on|off)", a);
   }

@@ -331,6 +331,35 @@ def test_usage_errors_exit_2(args):
     assert time.time() - start < 30
 
 
+# A suite's values are checked before it measures anything. Before: "fsdp --ranks=0" and "train
+# --models=nope" printed an empty table and exited 0, "fsdp --steps=2" and "--batch=-1" ran with 3 and 1,
+# "lce --n=0" ended in a JSON type error and "--dtype=f7" in exit 1, and "fsdp --rate=..." went unchecked
+# into the shaped link script's shell command line.
+@pytest.mark.parametrize("args, message", [
+    (["fsdp", "--ranks=0"], "lmcore bench fsdp: --ranks=0: expected integers in [2, 64] separated by commas"),
+    (["fsdp", "--ranks=2,x"], "--ranks=2,x: expected integers in [2, 64]"),
+    (["fsdp", "--net=wifi"], "--net=wifi: expected one or more of loopback, shaped"),
+    (["fsdp", "--rate=1gbit;true"], "--rate=1gbit;true: expected a tc rate such as 1gbit"),
+    (["fsdp", "--rate=0mbit"], "--rate=0mbit: expected a tc rate such as 1gbit"),
+    (["fsdp", "--steps=2"], "--steps=2: expected an integer in [3, 100000], found '2'"),
+    (["fsdp", "--batch=-1"], "--batch=-1: expected an integer in [1, 4096]"),
+    (["lce", "--n=0"], "lmcore bench lce: --n=0: expected an integer in [1, 2147483648], found '0'"),
+    (["lce", "--v=99999999999999999999"], "--v=99999999999999999999: expected an integer"),
+    (["lce", "--dtype=f7"], "--dtype=f7: expected one or more of f32, bf16"),
+    (["lce", "--repeats=1x"], "--repeats=1x: expected an integer in [1, 10000], found '1x'"),
+    (["train", "--models=nope"], "lmcore bench train: --models=nope: expected one or more of default, gpt2"),
+    (["train", "--steps=0"], "--steps=0: expected an integer in [1, 100000]"),
+    (["train", "--keep-gate-up=maybe"], "--keep-gate-up=maybe: expected one of auto, on, off"),
+    (["elastic", "--checkpoints=tape"], "--checkpoints=tape: expected one or more of memory, disk"),
+    (["tokenizer", "--vocab=10"], "--vocab=10: expected an integer in [257, 16777216]"),
+    (["comm", "--ranks=1"], "--ranks=1: expected integers in [2, 64]"),
+    (["comm", "--sizes=5G"], "size '5G' is not a number of bytes in [1, 1T]")])
+def test_bench_suite_values_are_usage_errors(args, message):
+    r = subprocess.run([str(CLI), "bench", *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and message in r.stderr, (args, r.returncode, r.stderr)
+    assert f"(lmcore bench {args[0]} --help)" in r.stderr and not r.stdout.strip(), (args, r.stdout)
+
+
 # Out-of-range option values are usage errors that name the option. Before: "train --lr nan" and
 # "--seq-len 0" exited 1 with the optimizer's or the trainer's words ("AdamW: eps must be > 0 and
 # weight_decay >= 0, found 1e-08 and -1" for --weight-decay -1), "generate --top-k -3" sampled from the
