@@ -113,6 +113,9 @@ std::vector<BenchTable> run_upgrade_suite(const BenchOptions& options) {
                     "findings", "same as --no-prefilter"},
                    {},
                    {}};
+  if (!options.args.empty() && !fs::is_directory(tree))  // asked for by name: a usage error, not a skip
+    throw BenchUsageError(fmt::format("bench upgrade: TREE '{}' is not a directory{}", tree.string(),
+                                      fs::exists(tree) ? "" : " (it does not exist)"));
   if (!fs::is_directory(tree)) {
     table.notes.push_back(fmt::format("{} not found: nothing measured (pass a tree: lmcore bench upgrade DIR)", tree.string()));
     return {table};

@@ -353,7 +353,9 @@ def test_usage_errors_exit_2(args):
     (["elastic", "--checkpoints=tape"], "--checkpoints=tape: expected one or more of memory, disk"),
     (["tokenizer", "--vocab=10"], "--vocab=10: expected an integer in [257, 16777216]"),
     (["comm", "--ranks=1"], "--ranks=1: expected integers in [2, 64]"),
-    (["comm", "--sizes=5G"], "size '5G' is not a number of bytes in [1, 1T]")])
+    (["comm", "--sizes=5G"], "size '5G' is not a number of bytes in [1, 1T]"),
+    (["upgrade", "/nonexistent/tree"], "bench upgrade: TREE '/nonexistent/tree' is not a directory (it does not exist)"),
+    (["upgrade", "/etc/hostname"], "bench upgrade: TREE '/etc/hostname' is not a directory")])
 def test_bench_suite_values_are_usage_errors(args, message):
     r = subprocess.run([str(CLI), "bench", *args], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and message in r.stderr, (args, r.returncode, r.stderr)
