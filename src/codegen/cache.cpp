@@ -210,16 +210,42 @@ std::vector<CacheEntry> KernelCache::list() const {
   return out;
 }
 
+namespace {
+
+// A file of tune/ or compilers/ that this cache wrote: a 40-hex key, or the temporary of an atomic
+// write of one that a killed process left ("<key>.tmp.<suffix>").
+bool is_record_file(const std::string& name) {
+  return is_key(name.substr(0, 40)) && (name.size() == 40 || name.compare(40, 5, ".tmp.") == 0);
+}
+
+// A staging or trash folder of tmp/ (stage(), lookup()'s and evict()'s moves).
+bool is_scratch(const std::string& name) {
+  return name.rfind("stage-", 0) == 0 || name.rfind("dead-", 0) == 0 || name.rfind("evict-", 0) == 0;
+}
+
+}  // namespace
+
 std::uint64_t KernelCache::clear() {
+  // Only what this cache makes goes: LMCORE_CACHE_DIR may name a folder that holds other things too
+  // ($HOME, a project's tmp/), and a plain "tmp" or "compilers" folder there is not ours to delete.
   std::uint64_t freed = 0;
   std::error_code ec;
-  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (!is_key(name) && name != "tune" && name != "tmp" && name != "compilers") continue;  // never touch files we did not make
-    freed += tree_bytes(it->path());
-    std::error_code ec2;
-    fs::remove_all(it->path(), ec2);
-  }
+  const auto remove_matching = [&](const fs::path& folder, bool (*ours)(const std::string&)) {
+    std::vector<fs::path> doomed;
+    for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec))
+      if (ours(it->path().filename().string())) doomed.push_back(it->path());
+    for (const fs::path& p : doomed) {
+      std::error_code ec2;
+      freed += fs::is_directory(p, ec2) ? tree_bytes(p) : fs::file_size(p, ec2) * !ec2;
+      fs::remove_all(p, ec2);
+    }
+    ec.clear();
+  };
+  remove_matching(dir_, [](const std::string& n) { return is_key(n); });
+  remove_matching(fs::path(dir_) / "tune", is_record_file);
+  remove_matching(fs::path(dir_) / "compilers", is_record_file);
+  remove_matching(fs::path(dir_) / "tmp", is_scratch);
+  for (const char* sub : {"tune", "compilers"}) fs::remove(fs::path(dir_) / sub, ec);  // only when empty
   fs::create_directories(fs::path(dir_) / "tmp", ec);
   return freed;
 }

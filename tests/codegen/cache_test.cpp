@@ -365,6 +365,37 @@ TEST(CodegenCache, LeastRecentlyUsedEntriesAreEvicted) {
   EXPECT_TRUE(cache.list().empty());
 }
 
+// LMCORE_CACHE_DIR may name a folder that holds other things; clear() used to delete any "tmp",
+// "tune" or "compilers" folder in it whole (LMCORE_CACHE_DIR=$HOME took ~/tmp with it).
+TEST(CodegenCache, ClearRemovesOnlyWhatTheCacheMade) {
+  TempDir dir;
+  const fs::path d(dir.path());
+  fs::create_directories(d / "tmp");
+  fs::create_directories(d / "compilers");
+  fs::create_directories(d / "projects");
+  std::ofstream(d / "tmp" / "notes.txt") << "mine";
+  std::ofstream(d / "compilers" / "README") << "mine";
+  std::ofstream(d / "projects" / "a.cpp") << "mine";
+  std::ofstream(d / "todo.txt") << "mine";
+  KernelCache cache(dir.path(), 1 << 20);
+  const std::string key(40, 'e');
+  fake_entry(cache, key, 1000);
+  cache.write_tuning(std::string(40, 'f'), "blas 128x1024;");
+  std::ofstream(d / "tune" / "my-notes") << "mine";
+  std::ofstream(d / "compilers" / std::string(40, '1')) << "g++ 12\n";
+  std::ofstream(d / "tune" / (std::string(40, '2') + ".tmp.123.0.7")) << "half";  // a killed write's leftover
+  fs::create_directories(d / "tmp" / "stage-1-2-3");
+  std::ofstream(d / "tmp" / "stage-1-2-3" / "kernel.so") << "half";
+  EXPECT_GT(cache.clear(), 1000u);
+  EXPECT_TRUE(cache.list().empty());
+  EXPECT_FALSE(cache.read_tuning(std::string(40, 'f')).has_value());
+  for (const char* gone : {"tmp/stage-1-2-3", "compilers/1111111111111111111111111111111111111111",
+                           "tune/2222222222222222222222222222222222222222.tmp.123.0.7"})
+    EXPECT_FALSE(fs::exists(d / gone)) << gone;
+  for (const char* kept : {"tmp/notes.txt", "compilers/README", "projects/a.cpp", "todo.txt", "tune/my-notes"})
+    EXPECT_TRUE(fs::exists(d / kept)) << kept << " is not the cache's";
+}
+
 TEST(CodegenCache, TuningRecords) {
   TempDir dir;
   KernelCache cache(dir.path(), 1 << 20);

@@ -50,7 +50,8 @@ class KernelCache {
                       const std::string& spec, const std::string& variant, const std::string& compiler);
 
   std::vector<CacheEntry> list() const;
-  // Removes every entry, tuning record, compiler record and staging directory; returns the bytes freed.
+  // Removes every entry, tuning record, compiler record and staging directory, and nothing else that
+  // the directory holds (files of its own names only); returns the bytes freed.
   std::uint64_t clear();
   // Removes least recently used entries until the total is within the limit, sparing `keep`.
   void evict(const std::string& keep = "");
