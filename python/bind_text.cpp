@@ -2,6 +2,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <fmt/format.h>
+
 #include "lmcore/text/tokenizer.h"
 #include "lmcore/text/train.h"
 
@@ -12,18 +14,40 @@ namespace lmcore::python {
 namespace {
 
 // str (as UTF-8) or bytes (as they are).
+// The message of the Python exception being raised, which is cleared.
+std::string take_python_error() {
+  py::error_already_set e;
+  return e.what();
+}
+
 std::string text_bytes(const py::handle& h, const char* what) {
   if (py::isinstance<py::bytes>(h)) return h.cast<std::string>();
-  if (py::isinstance<py::str>(h)) return h.cast<std::string>();
+  if (py::isinstance<py::str>(h)) {
+    // A str holding a lone surrogate has no UTF-8 form; pybind11's own cast says only "Unable to cast".
+    Py_ssize_t size = 0;
+    const char* utf8 = PyUnicode_AsUTF8AndSize(h.ptr(), &size);
+    if (utf8 == nullptr) throw py::value_error(std::string(what) + ": the text has no UTF-8 form (" + take_python_error() + ")");
+    return std::string(utf8, static_cast<std::size_t>(size));
+  }
   throw py::type_error(std::string(what) + ": expected str or bytes, found " +
                        py::str(py::type::of(h)).cast<std::string>());
 }
 
-std::vector<std::uint32_t> ids_of(const py::iterable& ids) {
+// Token ids from any iterable of integers (int, NumPy integers: whatever has __index__).
+std::vector<std::uint32_t> ids_of(const py::iterable& ids, const char* what) {
   std::vector<std::uint32_t> out;
   for (const py::handle& h : ids) {
-    const long long v = h.cast<long long>();
-    if (v < 0 || v > 0xFFFFFFFFll) throw py::value_error("decode: id " + std::to_string(v) + " is out of range");
+    const py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(h.ptr()));
+    if (!index) {
+      PyErr_Clear();
+      throw py::type_error(fmt::format("{}: ids must be integers, found {} at position {}", what,
+                                       py::str(py::type::of(h)).cast<std::string>(), out.size()));
+    }
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+    if (overflow != 0 || v < 0 || v > 0xFFFFFFFFll)
+      throw py::value_error(fmt::format("{}: id {} at position {} is out of range", what,
+                                        py::str(index).cast<std::string>(), out.size()));
     out.push_back(static_cast<std::uint32_t>(v));
   }
   return out;
@@ -101,7 +125,7 @@ void bind_text(py::module_& m) {
       .def(
           "decode",
           [](const Tokenizer& t, const py::iterable& ids, bool skip_special) {
-            const auto v = ids_of(ids);
+            const auto v = ids_of(ids, "decode");
             return t.decode(v, skip_special);
           },
           py::arg("ids"), py::arg("skip_special") = false,
@@ -109,7 +133,7 @@ void bind_text(py::module_& m) {
       .def(
           "decode_bytes",
           [](const Tokenizer& t, const py::iterable& ids, bool skip_special) {
-            const auto v = ids_of(ids);
+            const auto v = ids_of(ids, "decode_bytes");
             return py::bytes(t.decode_bytes(v, skip_special));
           },
           py::arg("ids"), py::arg("skip_special") = false, "The exact bytes of the ids.")

@@ -367,6 +367,19 @@ def test_round_trip_and_replacement(corpus, trained):
         assert tok.decode(ids) == raw.decode("utf-8", "replace")
     with pytest.raises(lmcore.Error, match=r"id 3000 at position 1 is not in the vocabulary \(size 3000\)"):
         tok.decode([1, 3000])
+    assert tok.decode(np.array(tok.encode("numpy ids"), dtype=np.int32)) == "numpy ids"
+    # A str with no UTF-8 form and ids that are not integers or do not fit: errors that say so (pybind11's
+    # casts said "Unable to cast Python instance to C++ type").
+    for call in (lambda: tok.encode("a\ud800"), lambda: tok.encode_batch(["ok", "\udfff"]),
+                 lambda: lmcore.pretokenize("\ud800")):
+        with pytest.raises(ValueError, match=r"the text has no UTF-8 form \(UnicodeEncodeError: .*surrogates not allowed"):
+            call()
+    with pytest.raises(TypeError, match=r"decode: ids must be integers, found <class 'float'> at position 1"):
+        tok.decode([1, 1.5])
+    with pytest.raises(ValueError, match=r"decode_bytes: id 1180591620717411303424 at position 0 is out of range"):
+        tok.decode_bytes([2 ** 70])
+    with pytest.raises(ValueError, match=r"decode: id -1 at position 2 is out of range"):
+        tok.decode([1, 2, -1])
 
 
 # ---- training ----
