@@ -11,10 +11,13 @@
 // and .missing_ranks.
 #include <pybind11/chrono.h>
 #include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <optional>
+#include <string_view>
 
 #include "lmcore/dist/flight_recorder.h"
 #include "lmcore/dist/launch.h"
@@ -109,7 +112,10 @@ void bind_dist(py::module_& m) {
       if (p) std::rethrow_exception(p);
     } catch (const dist::DistError& e) {
       py::gil_scoped_acquire gil;
-      py::object exc = dist_error(e.what());
+      // Decoded leniently, as lmcore.Error's messages (module.cpp): a file name in it may not be UTF-8.
+      const std::string_view what = e.what();
+      py::object exc = dist_error(py::reinterpret_steal<py::object>(
+          PyUnicode_DecodeUTF8(what.data(), static_cast<Py_ssize_t>(what.size()), "backslashreplace")));
       exc.attr("kind") = kind_name(e.kind());
       exc.attr("op") = e.op();
       exc.attr("seq") = e.seq();
@@ -263,7 +269,10 @@ void bind_dist(py::module_& m) {
            },
            py::arg("window") = 3.0, py::arg("min_joiners") = 0, "Like shrink(), also admitting ranks waiting in join().")
       .def("trace_json", &ProcessGroup::trace_json)
-      .def("dump_trace", &ProcessGroup::dump_trace, py::arg("path") = "");
+      .def(
+          "dump_trace",
+          [](ProcessGroup& g, const std::optional<std::filesystem::path>& p) { return g.dump_trace(p ? p->string() : ""); },
+          py::arg("path") = py::none());  // not path(""): it reaches Python as Path(""), which is Path(".")
 
   d.def("analyze_traces",
         [](const std::vector<std::string>& paths) {

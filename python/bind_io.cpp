@@ -1,6 +1,7 @@
 // Python bindings of checkpoint I/O: lmcore.load, lmcore.save_safetensors, lmcore.save_torch,
 // lmcore.detect_format, lmcore.convert.
 #include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
 
 #include <optional>
 
@@ -56,7 +57,8 @@ io::NamedTensors named_tensors(const py::dict& tensors, const char* fn) {
 void bind_io(py::module_& m) {
   m.def(
       "load",
-      [](const std::string& path, bool keep_structure, bool mmap, bool with_info, bool verify_crc) -> py::object {
+      [](const std::filesystem::path& path_arg, bool keep_structure, bool mmap, bool with_info, bool verify_crc) -> py::object {
+        const std::string path = path_arg.string();
         io::LoadOptions o;
         o.keep_structure = keep_structure;
         o.mmap = mmap;
@@ -95,21 +97,22 @@ void bind_io(py::module_& m) {
       "which file it was). Load with mmap=False to read the file into memory instead.");
   m.def(
       "detect_format",
-      [](const std::string& path) {
-        const std::string bytes = base::read_file(path, "detect_format");  // regular files only: a FIFO would block
+      [](const std::filesystem::path& path) {
+        const std::string bytes = base::read_file(path.string(), "detect_format");  // regular files only: a FIFO would block
         return std::string(io::format_name(
             io::detect_format({reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()})));
       },
       py::arg("path"), "The checkpoint format of a file, from its bytes.");
   m.def(
       "output_format_for",
-      [](const std::string& path) { return std::string(io::format_name(io::output_format_for(path))); },
+      [](const std::filesystem::path& path) { return std::string(io::format_name(io::output_format_for(path.string()))); },
       py::arg("path"),
       "The format a checkpoint written to `path` gets from its extension, as `lmcore convert` decides it: "
       "'safetensors' (.safetensors), 'pytorch-zip' (.pt, .pth, .bin, .ckpt) or 'unknown'.");
   m.def(
       "save_safetensors",
-      [](const std::string& path, const py::dict& tensors, const py::dict& metadata) {
+      [](const std::filesystem::path& path_arg, const py::dict& tensors, const py::dict& metadata) {
+        const std::string path = path_arg.string();
         const io::NamedTensors t = named_tensors(tensors, "save_safetensors");
         std::map<std::string, std::string> meta;
         for (const auto& [k, v] : metadata) {
@@ -125,7 +128,8 @@ void bind_io(py::module_& m) {
       "Writes a dict name -> tensor (lmcore, NumPy or torch) as safetensors, names sorted, atomically.");
   m.def(
       "save_torch",
-      [](const std::string& path, const py::dict& tensors) {
+      [](const std::filesystem::path& path_arg, const py::dict& tensors) {
+        const std::string path = path_arg.string();
         const io::NamedTensors t = named_tensors(tensors, "save_torch");
         py::gil_scoped_release release;
         io::save_torch(path, t);
@@ -135,7 +139,8 @@ void bind_io(py::module_& m) {
       "atomically; tensors sharing memory share a storage.");
   m.def(
       "convert",
-      [](const std::string& src, const std::string& dst, const std::optional<std::string>& to) {
+      [](const std::filesystem::path& src_arg, const std::filesystem::path& dst_arg, const std::optional<std::string>& to) {
+        const std::string src = src_arg.string(), dst = dst_arg.string();
         io::ConvertOptions o;
         if (to) {
           LMCORE_CHECK(*to == "safetensors" || *to == "torch", "convert: to must be 'safetensors' or 'torch', found '{}'",

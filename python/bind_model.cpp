@@ -8,6 +8,7 @@
 //   g = m.grad("model.layers.0.mlp.down_proj.weight")   # an lmcore.Tensor view of the gradient
 //   opt = lmcore.AdamW(m, weight_decay=0.1); opt.step(lr=1e-3); m.params_updated()
 #include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
 
 #include "lmcore/core/parallel.h"
 #include "lmcore/model/checkpoint.h"
@@ -63,12 +64,12 @@ void bind_model(py::module_& m) {
       .def("init_weights", &model::Llama::init_weights, py::arg("seed"))
       .def("zero_grad", &model::Llama::zero_grad)
       .def("params_updated", &model::Llama::params_updated)
-      .def("load", [](model::Llama& self, const std::string& path) {
-             model::load_params(path, self.layout(), self.params());
+      .def("load", [](model::Llama& self, const std::filesystem::path& path) {
+             model::load_params(path.string(), self.layout(), self.params());
              self.params_updated();
            }, py::arg("path"), "Reads parameters from a model.safetensors with Hugging Face names.")
-      .def("save", [](const model::Llama& self, const std::string& dir) {
-             model::save_model_folder(dir, self.config(), self.layout(), self.params());
+      .def("save", [](const model::Llama& self, const std::filesystem::path& dir) {
+             model::save_model_folder(dir.string(), self.config(), self.layout(), self.params());
            }, py::arg("dir"), "Writes dir/config.json and dir/model.safetensors.")
       .def("param_names", [](const model::Llama& self) {
              std::vector<std::string> names;

@@ -1,6 +1,7 @@
 // Python bindings of the tokenizer: lmcore.Tokenizer (from_file, encode, decode, encode_batch, train).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
 
 #include <fmt/format.h>
 
@@ -76,16 +77,23 @@ void bind_text(py::module_& m) {
   py::class_<Tokenizer>(m, "Tokenizer",
                         "Byte-level BPE tokenizer (GPT-2, Llama 3 style). Tokenizer.from_file('tokenizer.json'), "
                         "Tokenizer.train(files, vocab_size).")
-      .def_static("from_file", &Tokenizer::from_file, py::arg("path"), "Reads a Hugging Face tokenizer.json.")
+      .def_static(
+          "from_file", [](const std::filesystem::path& p) { return Tokenizer::from_file(p.string()); }, py::arg("path"),
+          "Reads a Hugging Face tokenizer.json.")
       .def_static(
           "from_json", [](const std::string& s) { return Tokenizer::from_json(s); }, py::arg("json"),
           "Parses tokenizer.json text.")
-      .def_static("from_gpt2_files", &Tokenizer::from_gpt2_files, py::arg("vocab_json"), py::arg("merges_txt"),
+      .def_static(
+          "from_gpt2_files",
+          [](const std::filesystem::path& v, const std::filesystem::path& m) { return Tokenizer::from_gpt2_files(v.string(), m.string()); },
+          py::arg("vocab_json"), py::arg("merges_txt"),
                   "Reads GPT-2's vocab.json (encoder.json) and merges.txt (vocab.bpe).")
       .def_static(
           "train",
-          [](const std::vector<std::string>& files, std::int64_t vocab_size, const std::vector<std::string>& special_tokens,
+          [](const std::vector<std::filesystem::path>& paths, std::int64_t vocab_size, const std::vector<std::string>& special_tokens,
              const std::string& pattern, std::int64_t min_frequency, py::object texts, bool progress) {
+            std::vector<std::string> files;
+            for (const auto& p : paths) files.push_back(p.string());
             text::BpeTrainOptions o;
             o.vocab_size = vocab_size;
             o.special_tokens = special_tokens;
@@ -100,7 +108,7 @@ void bind_text(py::module_& m) {
             std::vector<std::string_view> views(owned.begin(), owned.end());
             return text::train_bpe_texts(views, o);
           },
-          py::arg("files") = std::vector<std::string>{}, py::arg("vocab_size") = 8192,
+          py::arg("files") = std::vector<std::filesystem::path>{}, py::arg("vocab_size") = 8192,
           py::arg("special_tokens") = std::vector<std::string>{}, py::arg("pattern") = "gpt2",
           py::arg("min_frequency") = 0, py::arg("texts") = py::none(), py::arg("progress") = false,
           "Trains on files (or on `texts`, a list of str/bytes documents). pattern: 'gpt2' or 'llama3'.")
@@ -137,9 +145,16 @@ void bind_text(py::module_& m) {
             return py::bytes(t.decode_bytes(v, skip_special));
           },
           py::arg("ids"), py::arg("skip_special") = false, "The exact bytes of the ids.")
-      .def("save", &Tokenizer::save, py::arg("path"), "Writes tokenizer.json (atomically).")
+      .def(
+          "save", [](const Tokenizer& t, const std::filesystem::path& p) { t.save(p.string()); }, py::arg("path"),
+          "Writes tokenizer.json (atomically).")
       .def("to_json", &Tokenizer::to_json)
-      .def("save_gpt2", &Tokenizer::save_gpt2, py::arg("vocab_json"), py::arg("merges_txt"))
+      .def(
+          "save_gpt2",
+          [](const Tokenizer& t, const std::filesystem::path& v, const std::filesystem::path& m) {
+            t.save_gpt2(v.string(), m.string());
+          },
+          py::arg("vocab_json"), py::arg("merges_txt"))
       .def_property_readonly("vocab_size", &Tokenizer::vocab_size)
       .def_property_readonly("end_of_text_id", &Tokenizer::end_of_text_id)
       .def_property_readonly("num_merges", [](const Tokenizer& t) { return t.merges().size(); })

@@ -2,6 +2,8 @@
 // binds its API in python/bind_<part>.cpp.
 #include <pybind11/pybind11.h>
 
+#include <string_view>
+
 #include "lmcore/core/error.h"
 #include "lmcore/version.h"
 
@@ -26,7 +28,13 @@ PYBIND11_MODULE(_lmcore, m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const lmcore::Error& e) {
-      PyErr_SetString(error.ptr(), e.what());
+      // Messages quote file names, which on Linux are any bytes: PyErr_SetString would raise a
+      // UnicodeDecodeError instead of this error for one that is not UTF-8.
+      const std::string_view what = e.what();
+      PyObject* text = PyUnicode_DecodeUTF8(what.data(), static_cast<Py_ssize_t>(what.size()), "backslashreplace");
+      if (text == nullptr) return;  // the decoder's own error (out of memory) stands
+      PyErr_SetObject(error.ptr(), text);
+      Py_DECREF(text);
     }
   });
   lmcore::python::bind_core(m);

@@ -129,3 +129,25 @@ def test_bool_and_requires_grad_cross_into_kernels():
     assert lt.to_lmcore(x, "x").numpy().tolist() == x.detach().tolist()
     with pytest.raises(TypeError, match="x: expected a torch.Tensor, found ndarray"):
         lt.to_lmcore(np.ones(2), "x")
+
+
+def test_paths_are_any_bytes_the_file_system_allows(tmp_path):
+    """A Linux file name need not be UTF-8; Python hands it over as a str with surrogate escapes
+    (os.listdir), as bytes or as a Path. Each used to fail in pybind11's str conversion ("incompatible
+    function arguments"), and an error quoting such a name would have become a UnicodeDecodeError."""
+    name = os.fsdecode(b"w\xff.safetensors")  # 'w\udcff.safetensors'
+    path = tmp_path / name
+    lt.save({"w": torch.arange(4.0)}, path)
+    assert os.fsencode(name) in os.listdir(os.fsencode(tmp_path))
+    for p in (str(path), os.fsencode(path), path):
+        assert torch.equal(lt.load(p)["w"], torch.arange(4.0))
+        assert lmcore.detect_format(p) == "safetensors"
+    lmcore.convert(str(path), str(tmp_path / os.fsdecode(b"w\xfe.pt")))
+    assert torch.equal(torch.load(tmp_path / os.fsdecode(b"w\xfe.pt"))["w"], torch.arange(4.0))
+    bad = tmp_path / os.fsdecode(b"bad\xfe.safetensors")
+    bad.write_bytes(b"x")
+    with pytest.raises(lmcore.Error, match=r"bad\\xfe\.safetensors: unknown checkpoint format"):
+        lt.load(bad)
+    tok = lmcore.Tokenizer.train(texts=["a b c a b"], vocab_size=260)
+    tok.save(tmp_path / os.fsdecode(b"t\xff.json"))
+    assert lmcore.Tokenizer.from_file(tmp_path / os.fsdecode(b"t\xff.json")).vocab_size == tok.vocab_size
