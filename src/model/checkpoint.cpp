@@ -13,6 +13,10 @@ namespace lmcore::model {
 
 void save_model_folder(const std::string& dir, const ModelConfig& config, const ParameterLayout& layout,
                        const Tensor& flat_params, const std::map<std::string, std::string>& metadata) {
+  // Made when missing, as transformers' save_pretrained makes its folder.
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  LMCORE_CHECK(!ec, "save_model_folder: cannot create the folder '{}': {}", dir, ec.message());
   io::NamedTensors tensors;
   for (const ParamSpec& p : layout.params()) tensors.emplace_back(p.name, layout.view(flat_params, p));
   std::map<std::string, std::string> meta = metadata;

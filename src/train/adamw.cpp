@@ -63,6 +63,8 @@ AdamW::AdamW(const model::ParameterLayout& layout, const AdamWOptions& options, 
 }
 
 void AdamW::step(float* params, const float* grads, double lr) {
+  // torch.optim.AdamW refuses these too; here a NaN would turn every parameter into NaN in one step.
+  LMCORE_CHECK(lr >= 0 && std::isfinite(lr), "AdamW: the learning rate must be a finite number >= 0, found {}", lr);
   ++steps_;
   const double t = static_cast<double>(steps_);
   // Scalars as torch forms them: Python floats (f64), used in f32 by the f32 kernels.

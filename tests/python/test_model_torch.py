@@ -134,6 +134,33 @@ def test_ten_adamw_steps_match_torch(tmp_path):
         assert rel_err(got, want) <= 1e-4, name
 
 
+def test_optimizer_values_that_would_wreck_the_weights_are_refused(tmp_path):
+    """AdamW.step(nan) used to turn every parameter into NaN and step(-1) to climb the loss, as
+    torch.optim refuses; clip_grad_norm took NaN and negative max_norm as "no clipping" without a word.
+    Llama.save makes its folder, as save_pretrained does (it needed an existing one)."""
+    cfg = make_config()
+    m = lmcore.Llama(json.dumps(cfg), batch=2, seq_len=8)
+    m.init_weights(3)
+    before = {n: as_np(m.param(n)).copy() for n in m.param_names()}
+    opt = lmcore.AdamW(m)
+    x, y = batch(cfg, 2, 8, seed=5)
+    m.forward_backward(x, y)
+    for lr in (float("nan"), -1e-3, float("inf")):
+        with pytest.raises(lmcore.Error, match=f"AdamW: the learning rate must be a finite number >= 0, found {lr:g}"):
+            opt.step(lr)
+    assert opt.steps == 0 and all(np.array_equal(as_np(m.param(n)), before[n]) for n in before)
+    for bad in (float("nan"), -1.0):
+        with pytest.raises(lmcore.Error, match="clip_grad_norm: max_norm must be a number >= 0"):
+            lmcore.clip_grad_norm(m, bad)
+    g = as_np(m.grad(m.param_names()[0])).copy()
+    for off in (0.0, float("inf")):  # no clipping, as the trainer's --grad-clip 0
+        assert lmcore.clip_grad_norm(m, off) > 0 and np.array_equal(as_np(m.grad(m.param_names()[0])), g)
+    m.save(tmp_path / "new" / "folder")
+    m2 = lmcore.Llama(json.dumps(cfg), batch=2, seq_len=8)
+    m2.load(tmp_path / "new" / "folder" / "model.safetensors")
+    assert all(np.array_equal(as_np(m2.param(n)), before[n]) for n in before)
+
+
 def test_recompute_gives_the_same_bits(tmp_path):
     cfg = make_config(num_hidden_layers=3)
     x, y = batch(cfg, 2, 32, seed=3)

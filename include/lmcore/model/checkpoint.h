@@ -18,7 +18,7 @@
 
 namespace lmcore::model {
 
-// Writes dir/config.json and dir/model.safetensors (dir must exist).
+// Writes dir/config.json and dir/model.safetensors, making dir when it is missing.
 void save_model_folder(const std::string& dir, const ModelConfig& config, const ParameterLayout& layout,
                        const Tensor& flat_params, const std::map<std::string, std::string>& metadata = {});
 
