@@ -85,9 +85,17 @@ void GroupConfig::set_call_timeout(std::chrono::milliseconds timeout) {
 std::pair<int, int> rank_and_world_size(const GroupOptions& o) {
   const int rank = o.rank >= 0 ? o.rank : env_int("LMCORE_RANK", -1, 0, kMaxInt);
   const int world = o.world_size >= 0 ? o.world_size : env_int("LMCORE_WORLD_SIZE", -1, 1, kMaxInt);
-  LMCORE_CHECK(world >= 1, "ProcessGroup: world_size {} (LMCORE_WORLD_SIZE) must be >= 1", world);
-  LMCORE_CHECK(rank >= 0 && rank < world, "ProcessGroup: rank {} (LMCORE_RANK) must be in [0, world_size {})", rank,
-               world);
+  // Neither given nor in the environment: the usual cause is a script started without the launcher.
+  LMCORE_CHECK(o.world_size >= 0 || world >= 1,
+               "ProcessGroup: no world size: LMCORE_WORLD_SIZE is not set and none was passed (start the ranks "
+               "with `lmcore launch --nproc N -- ...`, or pass rank, world size and store)");
+  LMCORE_CHECK(o.rank >= 0 || rank >= 0,
+               "ProcessGroup: no rank: LMCORE_RANK is not set and none was passed (start the ranks with "
+               "`lmcore launch --nproc N -- ...`, or pass rank, world size and store)");
+  LMCORE_CHECK(world >= 1, "ProcessGroup: world_size {} ({}) must be >= 1", world,
+               o.world_size >= 0 ? "passed" : "LMCORE_WORLD_SIZE");
+  LMCORE_CHECK(rank >= 0 && rank < world, "ProcessGroup: rank {} ({}) must be in [0, world_size {})", rank,
+               o.rank >= 0 ? "passed" : "LMCORE_RANK", world);
   return {rank, world};
 }
 

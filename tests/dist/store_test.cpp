@@ -6,6 +6,7 @@
 
 #include "lmcore/dist/process_group.h"
 #include "lmcore/dist/store.h"
+#include "tests/base/base_test_util.h"
 #include "tests/dist/multiprocess.h"
 
 namespace lmcore::dist {
@@ -185,6 +186,27 @@ TEST(ProcessGroupEnv, RefusesValuesThatAreNotWhollyIntegersInRange) {
     unsetenv("LMCORE_RANK");
     unsetenv("LMCORE_WORLD_SIZE");
   }
+}
+
+// A script started without the launcher: the error says what is missing and how ranks are started
+// (it said "world_size -1 (LMCORE_WORLD_SIZE) must be >= 1").
+TEST(ProcessGroupEnv, MissingRankOrWorldSizePointsAtTheLauncher) {
+  unsetenv("LMCORE_RANK");
+  unsetenv("LMCORE_WORLD_SIZE");
+  GroupOptions o;
+  o.store_url = testing::fresh_store("env-missing");
+  const auto error = [&] { return base::testing::error_of([&] { ProcessGroup pg(o); }); };
+  std::string e = error();
+  EXPECT_NE(e.find("no world size: LMCORE_WORLD_SIZE is not set and none was passed (start the ranks with "
+                   "`lmcore launch --nproc N -- ...`"),
+            std::string::npos)
+      << e;
+  o.world_size = 2;
+  e = error();
+  EXPECT_NE(e.find("no rank: LMCORE_RANK is not set and none was passed"), std::string::npos) << e;
+  o.world_size = 0, o.rank = 0;
+  e = error();
+  EXPECT_NE(e.find("world_size 0 (passed) must be >= 1"), std::string::npos) << e;
 }
 
 }  // namespace
