@@ -23,6 +23,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "lmcore/base/parallel.h"
+
 namespace lmcore::cli {
 
 // CLI11 2.1 reads integers with strtoll / strtoull, which saturate and wrap: "--max-steps
@@ -72,6 +74,10 @@ inline CLI::Validator at_least(double lowest, std::string what) {
 }
 inline CLI::Validator positive() { return at_least(std::numeric_limits<double>::denorm_min(), "a positive number"); }
 inline CLI::Validator non_negative() { return at_least(0.0, "a number >= 0"); }
+// --threads N: 0 (the default count) up to the pool's limit.
+inline CLI::Validator thread_count() {
+  return in_range(0, kMaxThreads, false, "a thread count in [0, " + std::to_string(kMaxThreads) + "] (0: the default)");
+}
 
 // Edit distance (insertions, deletions, substitutions) between two option names, for suggestions.
 inline std::size_t edit_distance(const std::string& a, const std::string& b) {

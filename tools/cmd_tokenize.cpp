@@ -31,7 +31,7 @@ int run_tokenize(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--eot", o.eot, "document separator token (default: <|endoftext|>, <|end_of_text|>, </s> or <eos>)");
   app.add_option("--threads", threads, "threads (0: LMCORE_NUM_THREADS or all cores)")
-      ->check(non_negative())
+      ->check(thread_count())
       ->capture_default_str();
   app.add_flag("--quiet", quiet, "no progress lines");
   app.add_option("files", files, "text files, one document each")->required();

@@ -62,7 +62,7 @@ int run_tokenizer(int argc, char** argv) {
       ->capture_default_str();
   train->add_option("--out", out, "tokenizer.json to write")->required();
   train->add_option("--threads", threads, "threads (0: LMCORE_NUM_THREADS or all cores)")
-      ->check(non_negative())
+      ->check(thread_count())
       ->capture_default_str();
   train->add_flag("--quiet", quiet, "no progress lines");
   train->add_option("files", files, "text files to train on")->required();

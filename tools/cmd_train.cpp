@@ -90,7 +90,7 @@ int run_train(int argc, char** argv) {
   app.add_option("--seed", o.seed, "seed of the initialisation and the data order")->capture_default_str();
   app.add_option("--log", o.log, "JSON-lines metrics log (default: RUN/metrics.jsonl)");
   app.add_option("--threads", o.threads, "threads (0: LMCORE_NUM_THREADS or all cores)")
-      ->check(non_negative())
+      ->check(thread_count())
       ->capture_default_str();
   app.add_flag("--quiet", o.quiet, "no progress line");
   std::string reshard = "true", reduce_dtype = "f32", param_dtype;

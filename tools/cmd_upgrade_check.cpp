@@ -61,7 +61,7 @@ int run_upgrade_check(int argc, char** argv) {
                "tokenize every Python file, also those that name none of the removed or renamed APIs (they can "
                "give no finding; this also reports their syntax and encoding errors, and is slower)");
   app.add_option("--threads", threads, "worker threads (0: LMCORE_NUM_THREADS or cores)")
-      ->check(non_negative())
+      ->check(thread_count())
       ->capture_default_str();
   app.add_flag("--no-cuda-env", no_cuda_env, "do not probe the installed CUDA toolkit/runtime");
   app.add_option("--cuda-root", cuda_roots, "probe these CUDA install folders instead of the default places")

@@ -49,8 +49,8 @@ int default_threads() {
   if (const char* env = std::getenv("LMCORE_NUM_THREADS"); env != nullptr && *env != '\0') {
     char* end = nullptr;
     const long n = std::strtol(env, &end, 10);
-    if (end != nullptr && *end == '\0' && n >= 1 && n <= 4096) return static_cast<int>(n);
-    fail("LMCORE_NUM_THREADS: expected an integer >= 1, found '{}'", env);
+    if (end != nullptr && *end == '\0' && n >= 1 && n <= kMaxThreads) return static_cast<int>(n);
+    fail("LMCORE_NUM_THREADS: expected an integer in [1, {}], found '{}'", kMaxThreads, env);
   }
   return std::max(1u, std::thread::hardware_concurrency());
 }
@@ -212,7 +212,7 @@ ThreadPool& pool() { return *pool_slot(); }
 int num_threads() { return pool().threads(); }
 
 void set_num_threads(int n) {
-  LMCORE_CHECK(n >= 1, "set_num_threads: expected n >= 1, found {}", n);
+  LMCORE_CHECK(n >= 1 && n <= kMaxThreads, "set_num_threads: expected n in [1, {}], found {}", kMaxThreads, n);
   pool().resize(n);
 }
 

@@ -10,10 +10,12 @@
 #include <mutex>
 #include <set>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
 
+#include "lmcore/core/error.h"
 #include "lmcore/core/parallel.h"
 
 namespace lmcore {
@@ -38,6 +40,23 @@ std::size_t threads_used(int n) {
     }
   });
   return ids.size();
+}
+
+// set_num_threads(10^6) was accepted and the next loop failed in std::thread ("Resource temporarily
+// unavailable"); the limit is the one LMCORE_NUM_THREADS has, and a refused count changes nothing.
+TEST(Parallel, ThreadCountsPastTheLimitAreRefused) {
+  const int before = num_threads();
+  for (int n : {0, -1, kMaxThreads + 1, 1000000}) {
+    try {
+      set_num_threads(n);
+      ADD_FAILURE() << n << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("set_num_threads: expected n in [1, 4096], found " + std::to_string(n)),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(num_threads(), before);
 }
 
 TEST(Parallel, JobsUseEveryThreadAlsoInAForkedChild) {

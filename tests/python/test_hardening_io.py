@@ -398,6 +398,8 @@ def test_bench_suite_values_are_usage_errors(args, message):
      "--min-frequency"),
     (["tokenizer", "train", "a.txt", "--out", "t.json", "--vocab-size", "300", "--threads", "-1"], "--threads"),
     (["upgrade-check", "--threads", "-3", "a.py"], "--threads"),
+    (["upgrade-check", "--threads", "5000", "a.py"], "--threads: expected a thread count in [0, 4096]"),
+    (["train", "--threads", "100000"], "--threads: expected a thread count in [0, 4096]"),
 ])
 def test_option_values_out_of_range_are_usage_errors_naming_the_option(args, named):
     r = subprocess.run([str(CLI), *args], capture_output=True, text=True, timeout=60)

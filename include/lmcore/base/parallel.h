@@ -14,9 +14,13 @@
 
 namespace lmcore {
 
-// Threads used by parallel_for: LMCORE_NUM_THREADS if set (>= 1), else the number of cores.
+// The most threads a pool may have (LMCORE_NUM_THREADS, set_num_threads): far past any core count,
+// well below what the OS refuses to start (set_num_threads(10^6) ended in "Resource temporarily
+// unavailable" from std::thread).
+inline constexpr int kMaxThreads = 4096;
+// Threads used by parallel_for: LMCORE_NUM_THREADS if set (1..kMaxThreads), else the number of cores.
 int num_threads();
-// Overrides the thread count for the rest of the process (n >= 1).
+// Overrides the thread count for the rest of the process (1 <= n <= kMaxThreads).
 void set_num_threads(int n);
 // True while running inside a parallel_for body.
 bool in_parallel_region();
