@@ -271,13 +271,15 @@ void bind_dist(py::module_& m) {
       .def("trace_json", &ProcessGroup::trace_json)
       .def(
           "dump_trace",
-          [](ProcessGroup& g, const std::optional<std::filesystem::path>& p) { return g.dump_trace(p ? p->string() : ""); },
+          [](ProcessGroup& g, const std::optional<std::filesystem::path>& p) {
+            return g.dump_trace(p ? p->string() : "");
+          },
           py::arg("path") = py::none());  // not path(""): it reaches Python as Path(""), which is Path(".")
 
   d.def("analyze_traces",
-        [](const std::vector<std::string>& paths) {
+        [](const std::vector<std::filesystem::path>& paths) {
           std::vector<dist::TraceDump> dumps;
-          for (const auto& p : paths) dumps.push_back(dist::load_trace_dump(p));
+          for (const auto& p : paths) dumps.push_back(dist::load_trace_dump(p.string()));
           const dist::TraceAnalysis a = dist::analyze_traces(dumps);
           py::dict r;
           r["agree"] = a.agree;

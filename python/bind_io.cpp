@@ -57,7 +57,8 @@ io::NamedTensors named_tensors(const py::dict& tensors, const char* fn) {
 void bind_io(py::module_& m) {
   m.def(
       "load",
-      [](const std::filesystem::path& path_arg, bool keep_structure, bool mmap, bool with_info, bool verify_crc) -> py::object {
+      [](const std::filesystem::path& path_arg, bool keep_structure, bool mmap, bool with_info,
+         bool verify_crc) -> py::object {
         const std::string path = path_arg.string();
         io::LoadOptions o;
         o.keep_structure = keep_structure;
@@ -98,14 +99,17 @@ void bind_io(py::module_& m) {
   m.def(
       "detect_format",
       [](const std::filesystem::path& path) {
-        const std::string bytes = base::read_file(path.string(), "detect_format");  // regular files only: a FIFO would block
+        // Regular files only: a FIFO would block.
+        const std::string bytes = base::read_file(path.string(), "detect_format");
         return std::string(io::format_name(
             io::detect_format({reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()})));
       },
       py::arg("path"), "The checkpoint format of a file, from its bytes.");
   m.def(
       "output_format_for",
-      [](const std::filesystem::path& path) { return std::string(io::format_name(io::output_format_for(path.string()))); },
+      [](const std::filesystem::path& path) {
+        return std::string(io::format_name(io::output_format_for(path.string())));
+      },
       py::arg("path"),
       "The format a checkpoint written to `path` gets from its extension, as `lmcore convert` decides it: "
       "'safetensors' (.safetensors), 'pytorch-zip' (.pt, .pth, .bin, .ckpt) or 'unknown'.");
@@ -139,7 +143,8 @@ void bind_io(py::module_& m) {
       "atomically; tensors sharing memory share a storage.");
   m.def(
       "convert",
-      [](const std::filesystem::path& src_arg, const std::filesystem::path& dst_arg, const std::optional<std::string>& to) {
+      [](const std::filesystem::path& src_arg, const std::filesystem::path& dst_arg,
+         const std::optional<std::string>& to) {
         const std::string src = src_arg.string(), dst = dst_arg.string();
         io::ConvertOptions o;
         if (to) {

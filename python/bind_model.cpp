@@ -183,7 +183,8 @@ void bind_model(py::module_& m) {
   m.def("clip_grad_norm",
         [](model::Llama& model, double max_norm) {
           // NaN and negative values used to mean "no clipping" without a word (torch would scale the
-          // gradients by NaN or flip their sign); 0 and inf stay "no clipping", as the trainer's --grad-clip 0.
+          // gradients by NaN or flip their sign); 0 and inf stay "no clipping", as the trainer's
+          // --grad-clip 0.
           LMCORE_CHECK(max_norm >= 0, "clip_grad_norm: max_norm must be a number >= 0 (0 or inf: no clipping), found {}",
                        max_norm);
           float* g = model.grads().data<float>();
@@ -192,7 +193,8 @@ void bind_model(py::module_& m) {
           return norm;
         },
         py::arg("model"), py::arg("max_norm"),
-        "Clips the model's gradients to a global L2 norm (torch's rule; max_norm 0 or inf: no clipping); returns the norm before clipping.");
+        "Clips the model's gradients to a global L2 norm (torch's rule; max_norm 0 or inf: no clipping); returns the "
+        "norm before clipping.");
 }
 
 }  // namespace lmcore::python

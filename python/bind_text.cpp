@@ -14,20 +14,21 @@ namespace lmcore::python {
 
 namespace {
 
-// str (as UTF-8) or bytes (as they are).
 // The message of the Python exception being raised, which is cleared.
 std::string take_python_error() {
   py::error_already_set e;
   return e.what();
 }
 
+// str (as UTF-8) or bytes (as they are).
 std::string text_bytes(const py::handle& h, const char* what) {
   if (py::isinstance<py::bytes>(h)) return h.cast<std::string>();
   if (py::isinstance<py::str>(h)) {
     // A str holding a lone surrogate has no UTF-8 form; pybind11's own cast says only "Unable to cast".
     Py_ssize_t size = 0;
     const char* utf8 = PyUnicode_AsUTF8AndSize(h.ptr(), &size);
-    if (utf8 == nullptr) throw py::value_error(std::string(what) + ": the text has no UTF-8 form (" + take_python_error() + ")");
+    if (utf8 == nullptr)
+      throw py::value_error(std::string(what) + ": the text has no UTF-8 form (" + take_python_error() + ")");
     return std::string(utf8, static_cast<std::size_t>(size));
   }
   throw py::type_error(std::string(what) + ": expected str or bytes, found " +
@@ -85,13 +86,14 @@ void bind_text(py::module_& m) {
           "Parses tokenizer.json text.")
       .def_static(
           "from_gpt2_files",
-          [](const std::filesystem::path& v, const std::filesystem::path& m) { return Tokenizer::from_gpt2_files(v.string(), m.string()); },
-          py::arg("vocab_json"), py::arg("merges_txt"),
-                  "Reads GPT-2's vocab.json (encoder.json) and merges.txt (vocab.bpe).")
+          [](const std::filesystem::path& v, const std::filesystem::path& m) {
+            return Tokenizer::from_gpt2_files(v.string(), m.string());
+          },
+          py::arg("vocab_json"), py::arg("merges_txt"), "Reads GPT-2's vocab.json (encoder.json) and merges.txt (vocab.bpe).")
       .def_static(
           "train",
-          [](const std::vector<std::filesystem::path>& paths, std::int64_t vocab_size, const std::vector<std::string>& special_tokens,
-             const std::string& pattern, std::int64_t min_frequency, py::object texts, bool progress) {
+          [](const std::vector<std::filesystem::path>& paths, std::int64_t vocab_size,
+             const std::vector<std::string>& special_tokens, const std::string& pattern, std::int64_t min_frequency, py::object texts, bool progress) {
             std::vector<std::string> files;
             for (const auto& p : paths) files.push_back(p.string());
             text::BpeTrainOptions o;

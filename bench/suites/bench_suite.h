@@ -62,8 +62,8 @@ class BenchUsageError : public Error {
 // The items of a comma-separated list, empty ones dropped ("2,,4" -> {"2", "4"}).
 std::vector<std::string> split_commas(const std::string& s);
 // Readers of `arg`'s value after `prefix` ("--steps=" in "--steps=8"): a whole integer in [lo, hi], a
-// non-empty comma-separated list of them, a name among `choices`, or a list of such names. Each throws BenchUsageError
-// naming the suite, the argument and what it expects.
+// non-empty comma-separated list of them, a name among `choices`, or a list of such names. Each throws
+// BenchUsageError naming the suite, the argument and what it expects.
 std::int64_t int_arg(const std::string& suite, const std::string& arg, const std::string& prefix, std::int64_t lo,
                      std::int64_t hi);
 std::vector<std::int64_t> int_list_arg(const std::string& suite, const std::string& arg, const std::string& prefix,

@@ -236,7 +236,8 @@ std::uint64_t KernelCache::clear() {
       if (ours(it->path().filename().string())) doomed.push_back(it->path());
     for (const fs::path& p : doomed) {
       std::error_code ec2;
-      freed += fs::is_directory(p, ec2) ? tree_bytes(p) : fs::file_size(p, ec2) * !ec2;
+      if (fs::is_directory(p, ec2)) freed += tree_bytes(p);
+      else if (const std::uintmax_t n = fs::file_size(p, ec2); !ec2) freed += n;
       fs::remove_all(p, ec2);
     }
     ec.clear();
