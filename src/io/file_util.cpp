@@ -123,7 +123,16 @@ std::shared_ptr<FileBytes> FileBytes::open(const std::string& path, bool use_mma
   std::shared_ptr<FileBytes> f(new FileBytes());
   f->size_ = static_cast<std::size_t>(st.st_size);
   f->path_ = path;
-  if (f->size_ == 0) return f;
+  if (f->size_ == 0) {
+    // procfs and sysfs files report a size of 0 and still have contents: say so, rather than call
+    // them empty.
+    std::byte probe{};
+    if (base::read_full(fd.get(), &probe, 1) > 0)
+      fail("load: '{}' reports a size of 0 bytes but has contents (a /proc or /sys file, sized only by "
+           "reading it); a checkpoint is a regular file with its size on disk",
+           path);
+    return f;
+  }
   if (use_mmap) {
     void* p = ::mmap(nullptr, f->size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd.get(), 0);
     if (p != MAP_FAILED) {

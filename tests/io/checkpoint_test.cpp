@@ -94,6 +94,16 @@ TEST(Detect, UnknownAndUnreadFormatsAreNamed) {
   EXPECT_NE(testing::error_of([&] { (void)load(dir.file("missing.pt")); }).find("cannot open"), std::string::npos);
 }
 
+TEST(Detect, AFileThatReportsSizeZeroButHasContentsIsNotCalledEmpty) {
+  const std::string msg = testing::error_of([&] { (void)load("/proc/self/status"); });
+  EXPECT_NE(msg.find("'/proc/self/status' reports a size of 0 bytes but has contents"), std::string::npos) << msg;
+  testing::TempDir dir;
+  const std::string empty = dir.file("empty.safetensors");
+  { std::ofstream(empty, std::ios::binary); }
+  const std::string msg_empty = testing::error_of([&] { (void)load(empty); });
+  EXPECT_NE(msg_empty.find("empty file"), std::string::npos) << msg_empty;
+}
+
 TEST(TorchZip, RoundTripSharesStoragesAndKeepsViews) {
   testing::TempDir dir;
   const Tensor base = pattern_tensor({6, 8}, DType::f32, 1);
