@@ -23,6 +23,7 @@
 
 #include "lmcore/base/file.h"
 #include "lmcore/core/error.h"
+#include "lmcore/dist/store.h"
 
 extern char** environ;
 
@@ -93,8 +94,7 @@ void check_options(const LaunchOptions& o) {
                o.nnodes);
   LMCORE_CHECK(o.restart_failed >= 0, "launch: restart_failed (--restart-failed) {} must be >= 0", o.restart_failed);
   LMCORE_CHECK(o.kill_grace.count() >= 0, "launch: kill_grace {} ms must be >= 0", o.kill_grace.count());
-  LMCORE_CHECK(o.store.empty() || o.store.rfind("file://", 0) == 0 || o.store.rfind("redis://", 0) == 0,
-               "launch: store (--store) '{}' must be file:///dir or redis://host:port", o.store);
+  if (!o.store.empty()) check_store_url(o.store, "launch: store (--store)");
 }
 
 struct Child {

@@ -60,20 +60,32 @@ std::shared_ptr<Store> prefix_store(std::shared_ptr<Store> base, const std::stri
   return std::make_shared<PrefixStore>(std::move(base), prefix);
 }
 
-std::shared_ptr<Store> open_store(const std::string& url, std::chrono::milliseconds op_timeout) {
-  const base::Url u = base::parse_url(url, "open_store");
+namespace {
+
+// The parsed URL of a store, or an Error naming it when open_store could not open that kind.
+base::Url checked_store_url(const std::string& url, std::string_view what) {
+  base::Url u = base::parse_url(url, what);
   if (u.scheme == "file") {
     LMCORE_CHECK(u.host.empty() && !u.path.empty() && !u.port,
-                 "open_store: '{}': expected file:///absolute/path (three slashes, no host)", url);
-    return detail::make_file_store(u.path);
-  }
-  if (u.scheme == "redis") {
-    LMCORE_CHECK(!u.host.empty(), "open_store: '{}': expected redis://host:port", url);
-    LMCORE_CHECK(u.path.empty() || u.path == "/", "open_store: '{}': a redis store takes no path, found '{}'", url,
+                 "{}: '{}': expected file:///absolute/path (three slashes, no host)", what, url);
+  } else if (u.scheme == "redis") {
+    LMCORE_CHECK(!u.host.empty(), "{}: '{}': expected redis://host:port", what, url);
+    LMCORE_CHECK(u.path.empty() || u.path == "/", "{}: '{}': a redis store takes no path, found '{}'", what, url,
                  u.path);
-    return detail::make_redis_store(u.host, u.port.value_or(detail::kRedisDefaultPort), op_timeout);
+  } else {
+    fail("{}: '{}': unknown store '{}', expected file:///path or redis://host:port", what, url, u.scheme);
   }
-  fail("open_store: '{}': unknown store '{}', expected file:///path or redis://host:port", url, u.scheme);
+  return u;
+}
+
+}  // namespace
+
+void check_store_url(const std::string& url, std::string_view what) { (void)checked_store_url(url, what); }
+
+std::shared_ptr<Store> open_store(const std::string& url, std::chrono::milliseconds op_timeout) {
+  const base::Url u = checked_store_url(url, "open_store");
+  if (u.scheme == "file") return detail::make_file_store(u.path);
+  return detail::make_redis_store(u.host, u.port.value_or(detail::kRedisDefaultPort), op_timeout);
 }
 
 }  // namespace lmcore::dist

@@ -196,7 +196,13 @@ TEST(Launch, BadOptionsAreRefusedBeforeAnythingStarts) {
   refused(o, "needs a store shared by every machine");
   o = ok;
   o.store = "tcp://x";
-  refused(o, "store (--store) 'tcp://x' must be file:///dir or redis://host:port");
+  refused(o, "store (--store): 'tcp://x': unknown store 'tcp', expected file:///path or redis://host:port");
+  o.store = "file://relative/dir";
+  refused(o, "store (--store): 'file://relative/dir': expected file:///absolute/path (three slashes, no host)");
+  o.store = "redis://";
+  refused(o, "store (--store)");
+  o.store = "redis://127.0.0.1:6379/db";
+  refused(o, "store (--store): 'redis://127.0.0.1:6379/db': a redis store takes no path, found '/db'");
   o = ok;
   o.restart_failed = -1;
   refused(o, "restart_failed (--restart-failed) -1 must be >= 0");

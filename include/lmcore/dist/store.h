@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "lmcore/core/error.h"
@@ -59,6 +60,11 @@ class Store {
 // when the scheme is unknown or the store cannot be reached.
 std::shared_ptr<Store> open_store(const std::string& url,
                                   std::chrono::milliseconds op_timeout = std::chrono::seconds(2));
+
+// Checks the form of a store URL without opening anything (what open_store would refuse before
+// touching the file system or the network), with messages that start with `what`: the launcher
+// refuses a bad --store before it starts any rank.
+void check_store_url(const std::string& url, std::string_view what);
 
 // A view of `base` that prepends `prefix` to every key: groups, generations and roll calls each get
 // their own key space.
