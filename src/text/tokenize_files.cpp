@@ -1,9 +1,12 @@
 // Text files -> token shards. The layout and the split rules are in include/lmcore/text/tokenize_files.h.
 #include "lmcore/text/tokenize_files.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <map>
 
 #include "lmcore/base/file.h"
 #include "lmcore/core/error.h"
@@ -84,6 +87,16 @@ TokenizeResult tokenize_files(const Tokenizer& tok, const std::vector<std::strin
     const auto id = tok.token_to_id(o.eot);
     LMCORE_CHECK(id.has_value(), "tokenize: --eot '{}' is not a token of the tokenizer", o.eot);
     eot = *id;
+  }
+  // A file given twice (under one name or two, or through a link) would be one document in both
+  // splits when the hash sends its copies different ways: validation would score training text.
+  std::map<std::pair<dev_t, ino_t>, std::size_t> seen;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    struct stat st {};
+    if (::stat(files[i].c_str(), &st) != 0) continue;  // opening it below names the error
+    const auto [it, fresh] = seen.try_emplace({st.st_dev, st.st_ino}, i);
+    LMCORE_CHECK(fresh, "tokenize: '{}' (file {}) is the same file as '{}' (file {}); give each document once",
+                 files[i], i + 1, files[it->second], it->second + 1);
   }
   base::create_directories(o.out_dir, "tokenize --out-dir");
   for (const auto& e : fs::directory_iterator(o.out_dir)) {

@@ -1,12 +1,26 @@
 #include "lmcore/train/data_loader.h"
 
 #include <glob.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <set>
+#include <utility>
 
 #include "lmcore/core/error.h"
 
 namespace lmcore::train {
+
+std::vector<std::string> shards_in_both(const TokenDataset& train, const TokenDataset& val) {
+  std::set<std::pair<dev_t, ino_t>> train_files;
+  struct stat st {};
+  for (const auto& s : train.shards())
+    if (::stat(s.path().c_str(), &st) == 0) train_files.emplace(st.st_dev, st.st_ino);
+  std::vector<std::string> both;
+  for (const auto& s : val.shards())
+    if (::stat(s.path().c_str(), &st) == 0 && train_files.count({st.st_dev, st.st_ino}) != 0) both.push_back(s.path());
+  return both;
+}
 
 TokenDataset TokenDataset::open(const std::string& pattern, std::int64_t vocab_size) {
   TokenDataset d;

@@ -344,6 +344,13 @@ TrainResult run_training(const TrainOptions& opts) {
                    ? " (runs/default and the ones before hold earlier runs)"
                    : "");
   }
+  if (lead && val_data) {
+    const std::vector<std::string> both = shards_in_both(train_data, *val_data);
+    if (!both.empty())
+      fmt::print(stderr, "warning: validation shards that are also training shards: {} of {} ('{}'{}); the validation "
+                 "loss is measured on text the model trains on\n",
+                 both.size(), val_data->shards().size(), both[0], both.size() > 1 ? ", ..." : "");
+  }
 
   std::int64_t row0 = e.rank() * o.batch_size * o.seq_len;  // this rank's rows of a micro-step
   std::vector<std::int32_t> x(static_cast<std::size_t>(micro * o.seq_len)), y(x.size());

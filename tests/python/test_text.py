@@ -13,6 +13,7 @@ library, man pages in English, Japanese, Chinese, Russian, ...) plus generated t
 CJK, combining marks, right-to-left scripts, long runs of white space, invalid UTF-8)."""
 import gzip
 import json
+import os
 import pathlib
 import random
 import sysconfig
@@ -489,6 +490,17 @@ def test_cli_train_tokenize_encode_decode(corpus, tmp_path):
     # The shards are refused a second time into the same folder.
     r = run_cli("tokenize", "--tokenizer", tj, "--out-dir", out, "--quiet", *files, check=False)
     assert r.returncode == 1 and "already holds token shards" in r.stderr
+    # A document given twice (same name, another spelling, a hard link) is refused before anything is
+    # written: its copies could land in both splits, and validation would score training text.
+    linked = tmp_path / "linked.txt"
+    os.link(files[3], linked)
+    for twice, shown in (([files[3], files[3]], files[3]), ([files[3], str(tmp_path / "." / "doc03.txt")], files[3]),
+                         ([files[3], str(linked)], files[3])):
+        out2 = tmp_path / "twice"
+        r = run_cli("tokenize", "--tokenizer", tj, "--out-dir", out2, "--quiet", files[0], *twice, check=False)
+        assert r.returncode == 1, r.stderr
+        assert f"'{twice[1]}' (file 3) is the same file as '{shown}' (file 2)" in r.stderr, r.stderr
+        assert not out2.exists()
     # encode / decode on standard input: decode writes the exact bytes, nothing added.
     import subprocess
     from io_helpers import CLI

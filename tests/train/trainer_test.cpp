@@ -319,5 +319,20 @@ TEST(BatchLoader, EveryTargetOnceAnEpochInASeededOrder) {
   EXPECT_NE(testing::error_of([&] { r.set_position({0, 15}); }).find("outside the 14 windows"), std::string::npos);
 }
 
+TEST(TokenDataset, ShardsInBothSplitsAreFoundUnderAnyName) {
+  testing::TempDir dir;
+  std::vector<std::uint32_t> t(64, 5);
+  io::write_token_shard(dir.file("d_train_0.bin"), t.data(), 64, 100);
+  io::write_token_shard(dir.file("d_train_1.bin"), t.data(), 64, 100);
+  io::write_token_shard(dir.file("d_val_0.bin"), t.data(), 64, 100);  // same bytes, another file
+  const TokenDataset train = TokenDataset::open(dir.file("d_train_*.bin"), 100);
+  EXPECT_TRUE(shards_in_both(train, TokenDataset::open(dir.file("d_val_*.bin"), 100)).empty());
+  EXPECT_EQ(shards_in_both(train, TokenDataset::open(dir.file("d_*_1.bin"), 100)),
+            std::vector<std::string>{dir.file("d_train_1.bin")});
+  ASSERT_EQ(::link(dir.file("d_train_0.bin").c_str(), dir.file("linked_val.bin").c_str()), 0);
+  EXPECT_EQ(shards_in_both(train, TokenDataset::open(dir.file("linked_*.bin"), 100)),
+            std::vector<std::string>{dir.file("linked_val.bin")});
+}
+
 }  // namespace
 }  // namespace lmcore::train

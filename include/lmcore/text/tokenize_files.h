@@ -5,7 +5,8 @@
 //   TokenizeResult r = tokenize_files(Tokenizer::from_file("tokenizer.json"), {"a.txt", "b.txt"}, o);
 //   // data/train_000000.bin ..., data/val_000000.bin, data/tokenizer.json
 //
-// Each file is one document, preceded by the end-of-text token (as llm.c separates documents); special
+// Each file is one document, preceded by the end-of-text token (as llm.c separates documents; a file
+// given twice, by any name, is refused); special
 // tokens written in the text are encoded as ordinary text. With two or more files, validation takes
 // whole documents (chosen by a hash of the path, at least one when val_fraction > 0, never all); with
 // one file, it takes the file's last val_fraction of bytes (cut at a line start). Shards hold

@@ -33,6 +33,10 @@ class TokenDataset {
   std::vector<io::TokenShard> shards_;
 };
 
+// The shards of `val` that are also shards of `train` (the same file, whatever its name): a
+// validation loss on them measures text the model trains on.
+std::vector<std::string> shards_in_both(const TokenDataset& train, const TokenDataset& val);
+
 struct DataPosition {
   std::int64_t epoch = 0;
   std::int64_t cursor = 0;  // windows consumed in this epoch
