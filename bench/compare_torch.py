@@ -89,12 +89,30 @@ def cases(quick):
     ] + lce_cases(quick, g)
 
 
+def torch_bf16_matmul_gflops():
+    """torch's bf16 matmul rate on a small product: without AVX-512 BF16, torch 1.13 multiplies bf16 in
+    plain loops (1.6 GFLOPS on a Zen 3 with AVX2, ~300x slower than with it)."""
+    a = torch.randn(256, 1024).bfloat16()
+    b = torch.randn(1024, 1024).bfloat16()
+    a @ b.t()
+    t0 = time.perf_counter()
+    a @ b.t()
+    return 2 * 256 * 1024 * 1024 / (time.perf_counter() - t0) / 1e9
+
+
+# A torch call estimated to take longer than this is not timed (its row says so, with the estimate).
+TORCH_CALL_LIMIT_S = 20.0
+
+
 def lce_cases(quick, g):
     """Linear cross-entropy forward + backward in bf16: lmcore's fused kernel (matrix units where the CPU
     has them, d_weight summed in f32) against torch's unfused bf16 path: logits = hidden @ weight^T in
     bf16, F.cross_entropy on those bf16 logits (faster here than upcasting them to f32 first), and
-    autograd for d_hidden and d_weight. Each side allocates its own gradients."""
+    autograd for d_hidden and d_weight. Each side allocates its own gradients. Where torch's bf16 matmul
+    is too slow to time (no AVX-512 BF16: one call would take minutes), torch's side is the estimate
+    from its matmul rate: three products of 2 N H V flops, the cross-entropy not counted."""
     N, H = (1024, 1024) if quick else (4096, 1024)
+    gflops = torch_bf16_matmul_gflops()
     out = []
     for V in (32000,) if quick else (32000, 128256):
         hidden = torch.randn(N, H, generator=g).bfloat16()
@@ -110,8 +128,47 @@ def lce_cases(quick, g):
             w = weight.detach().requires_grad_()
             torch.nn.functional.cross_entropy(h @ w.t(), target).backward()
 
+        if 3 * 2 * N * H * V / (gflops * 1e9) > TORCH_CALL_LIMIT_S:
+            unfused = Estimate(unfused_lce_seconds(N, H, V, g),
+                               f"torch's bf16 matmul runs at {gflops:.1f} GFLOPS here; the estimate scales "
+                               f"one timed call at N={LCE_PROBE[0]} V={LCE_PROBE[1]} by N V")
         out.append(("linear cross-entropy fwd+bwd", f"bf16 N={N} H={H} V={V}", fused, unfused))
     return out
+
+
+LCE_PROBE = (256, 1024)  # (N, V) of the call timed to estimate an untimeable one
+
+
+def unfused_lce_seconds(N, H, V, g):
+    """torch's unfused bf16 fwd+bwd at (N, H, V) from one call timed at LCE_PROBE: its three products
+    and the cross-entropy grow as N V at fixed H (on a Zen 3 the product rate alone predicted 2x the time
+    measured at N=256 V=4000, since the backward's products run faster than the forward's)."""
+    n, v = LCE_PROBE
+    hidden = torch.randn(n, H, generator=g).bfloat16().requires_grad_()
+    weight = (torch.randn(v, H, generator=g) * 0.05).bfloat16().requires_grad_()
+    target = torch.randint(0, v, (n,), generator=g)
+    t0 = time.perf_counter()
+    torch.nn.functional.cross_entropy(hidden @ weight.t(), target).backward()
+    return (time.perf_counter() - t0) * (N * V) / (n * v)
+
+
+class Estimate:
+    """Stands for a torch call too slow to time: its estimated seconds and why."""
+
+    def __init__(self, seconds, why):
+        self.seconds, self.why = seconds, why
+
+
+def median_seconds(fn, max_repeats, budget_s=3.0):
+    """Median time of fn over up to max_repeats calls within the budget (at least one), after a warm-up."""
+    fn()
+    times = []
+    start = time.perf_counter()
+    while len(times) < max_repeats and (not times or time.perf_counter() - start < budget_s):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 # ---- lmcore.torch vs plain torch, one process per side ----
@@ -281,19 +338,27 @@ def main():
     lmcore.set_num_threads(threads)
     torch.set_num_threads(threads)
     repeats = 20 if args.quick else 200
-    rows = []
-    for op, shape, f_lm, f_torch in cases(args.quick):
-        if args.only not in op:
+    rows, notes = [], []
+    chosen = [c for c in cases(args.quick) if args.only in c[0]]
+    for k, (op, shape, f_lm, f_torch) in enumerate(chosen):
+        print(f"[{k + 1}/{len(chosen)}] {op} {shape}", file=sys.stderr, flush=True)
+        if isinstance(f_torch, Estimate):
+            t_lm, t_torch = median_seconds(f_lm, repeats), f_torch.seconds
+            notes.append(f"{op} {shape}: torch not timed, ~{t_torch:.0f} s per call estimated ({f_torch.why})")
+            rows.append((op, shape, t_lm * 1e3, t_torch * 1e3, t_torch / t_lm, "est."))
             continue
         t_lm, t_torch = median_seconds_alternating(f_lm, f_torch, repeats)
-        rows.append((op, shape, t_lm * 1e3, t_torch * 1e3, t_torch / t_lm))
+        rows.append((op, shape, t_lm * 1e3, t_torch * 1e3, t_torch / t_lm, ""))
     print(f"lmcore {lmcore.__version__} ({lmcore.simd_target()}) vs torch {torch.__version__}, "
           f"{threads} threads each; median ms; ratio = torch/lmcore (> 1: lmcore faster)")
     header = ("op", "input", "lmcore ms", "torch ms", "torch/lmcore")
     widths = [max(len(str(r[i])) if i < 2 else 10 for r in rows + [header]) for i in range(5)]
     print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
-    for op, shape, a, b, r in rows:
-        print("  ".join([op.ljust(widths[0]), shape.ljust(widths[1]), f"{a:10.3f}", f"{b:10.3f}", f"{r:10.2f}"]))
+    for op, shape, a, b, r, mark in rows:
+        print("  ".join([op.ljust(widths[0]), shape.ljust(widths[1]), f"{a:10.3f}", f"{b:10.3f}", f"{r:10.2f}"])
+              + (f"  {mark}" if mark else ""))
+    for note in notes:
+        print("est.: " + note)
     if args.torch_api == "both":
         api_table(args, threads)
 
