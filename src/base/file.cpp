@@ -163,4 +163,10 @@ void create_directories(const std::string& path, std::string_view what) {
   if (ec) fail("{}cannot create the folder '{}': {}", prefix(what), path, ec.message());
 }
 
+std::optional<FileId> file_id(const std::string& path) noexcept {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return FileId{st.st_dev, st.st_ino};
+}
+
 }  // namespace lmcore::base

@@ -1,8 +1,6 @@
 // Text files -> token shards. The layout and the split rules are in include/lmcore/text/tokenize_files.h.
 #include "lmcore/text/tokenize_files.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -90,11 +88,11 @@ TokenizeResult tokenize_files(const Tokenizer& tok, const std::vector<std::strin
   }
   // A file given twice (under one name or two, or through a link) would be one document in both
   // splits when the hash sends its copies different ways: validation would score training text.
-  std::map<std::pair<dev_t, ino_t>, std::size_t> seen;
+  std::map<base::FileId, std::size_t> seen;
   for (std::size_t i = 0; i < files.size(); ++i) {
-    struct stat st {};
-    if (::stat(files[i].c_str(), &st) != 0) continue;  // opening it below names the error
-    const auto [it, fresh] = seen.try_emplace({st.st_dev, st.st_ino}, i);
+    const auto id = base::file_id(files[i]);
+    if (!id) continue;  // opening it below names the error
+    const auto [it, fresh] = seen.try_emplace(*id, i);
     LMCORE_CHECK(fresh, "tokenize: '{}' (file {}) is the same file as '{}' (file {}); give each document once",
                  files[i], i + 1, files[it->second], it->second + 1);
   }

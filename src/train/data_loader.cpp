@@ -1,24 +1,22 @@
 #include "lmcore/train/data_loader.h"
 
 #include <glob.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <set>
-#include <utility>
 
+#include "lmcore/base/file.h"
 #include "lmcore/core/error.h"
 
 namespace lmcore::train {
 
 std::vector<std::string> shards_in_both(const TokenDataset& train, const TokenDataset& val) {
-  std::set<std::pair<dev_t, ino_t>> train_files;
-  struct stat st {};
+  std::set<base::FileId> train_files;
   for (const auto& s : train.shards())
-    if (::stat(s.path().c_str(), &st) == 0) train_files.emplace(st.st_dev, st.st_ino);
+    if (const auto id = base::file_id(s.path())) train_files.insert(*id);
   std::vector<std::string> both;
   for (const auto& s : val.shards())
-    if (::stat(s.path().c_str(), &st) == 0 && train_files.count({st.st_dev, st.st_ino}) != 0) both.push_back(s.path());
+    if (const auto id = base::file_id(s.path()); id && train_files.count(*id) != 0) both.push_back(s.path());
   return both;
 }
 

@@ -244,6 +244,21 @@ TEST(CreateDirectories, MakesTheParentsAndNamesTheFolderItCannotMake) {
             "cannot create the folder '" + dir.file("file") + "': Not a directory");
 }
 
+TEST(FileId, IsTheSameUnderEveryNameOfOneFile) {
+  TempDir dir;
+  spit(dir.file("a"), "x");
+  spit(dir.file("b"), "x");  // same bytes, another file
+  ASSERT_EQ(::link(dir.file("a").c_str(), dir.file("hard").c_str()), 0);
+  ASSERT_EQ(::symlink(dir.file("a").c_str(), dir.file("soft").c_str()), 0);
+  const auto a = file_id(dir.file("a"));
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(file_id(dir.file("hard")), a);
+  EXPECT_EQ(file_id(dir.file("soft")), a);
+  EXPECT_EQ(file_id(dir.path() + "/./a"), a);
+  EXPECT_NE(file_id(dir.file("b")), a);
+  EXPECT_FALSE(file_id(dir.file("missing")).has_value());
+}
+
 TEST(FsyncPath, ReportsAMissingPath) {
   TempDir dir;
   EXPECT_EQ(fsync_path(dir.path(), true), 0);

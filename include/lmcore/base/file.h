@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -93,5 +94,16 @@ std::string read_file(const std::string& path, std::string_view what,
 // mkdir -p: `path` and its missing parents. Errors name the folder and the reason:
 //   "<what>: cannot create the folder 'p': Not a directory"
 void create_directories(const std::string& path, std::string_view what);
+
+// What makes two paths one file (device and inode): the same under every name, symbolic link and
+// hard link, so that a file given twice is found however it is spelled.
+struct FileId {
+  dev_t device;
+  ino_t inode;
+  auto operator<=>(const FileId&) const = default;
+};
+// The file's identity, following symbolic links; nullopt when it cannot be stat'ed (missing, no
+// permission): the caller's open reports that.
+std::optional<FileId> file_id(const std::string& path) noexcept;
 
 }  // namespace lmcore::base
