@@ -129,7 +129,7 @@ std::shared_ptr<FileBytes> FileBytes::open(const std::string& path, bool use_mma
     std::byte probe{};
     if (base::read_full(fd.get(), &probe, 1) > 0)
       fail("load: '{}' reports a size of 0 bytes but has contents (a /proc or /sys file, sized only by "
-           "reading it); a checkpoint is a regular file with its size on disk",
+           "reading it); copy it to a regular file first",
            path);
     return f;
   }
