@@ -109,8 +109,8 @@ def lce_cases(quick, g):
     has them, d_weight summed in f32) against torch's unfused bf16 path: logits = hidden @ weight^T in
     bf16, F.cross_entropy on those bf16 logits (faster here than upcasting them to f32 first), and
     autograd for d_hidden and d_weight. Each side allocates its own gradients. Where torch's bf16 matmul
-    is too slow to time (no AVX-512 BF16: one call would take minutes), torch's side is the estimate
-    from its matmul rate: three products of 2 N H V flops, the cross-entropy not counted."""
+    rate says one call would take longer than TORCH_CALL_LIMIT_S (no AVX-512 BF16: minutes), torch's
+    side is not timed but estimated (unfused_lce_seconds), when its row runs."""
     N, H = (1024, 1024) if quick else (4096, 1024)
     gflops = torch_bf16_matmul_gflops()
     out = []
@@ -129,7 +129,7 @@ def lce_cases(quick, g):
             torch.nn.functional.cross_entropy(h @ w.t(), target).backward()
 
         if 3 * 2 * N * H * V / (gflops * 1e9) > TORCH_CALL_LIMIT_S:
-            unfused = Estimate(unfused_lce_seconds(N, H, V, g),
+            unfused = Estimate(lambda N=N, V=V: unfused_lce_seconds(N, H, V, g),
                                f"torch's bf16 matmul runs at {gflops:.1f} GFLOPS here; the estimate scales "
                                f"one timed call at N={LCE_PROBE[0]} V={LCE_PROBE[1]} by N V")
         out.append(("linear cross-entropy fwd+bwd", f"bf16 N={N} H={H} V={V}", fused, unfused))
@@ -153,7 +153,8 @@ def unfused_lce_seconds(N, H, V, g):
 
 
 class Estimate:
-    """Stands for a torch call too slow to time: its estimated seconds and why."""
+    """Stands for a torch call too slow to time: seconds() estimates it (only for rows that run), why
+    says how."""
 
     def __init__(self, seconds, why):
         self.seconds, self.why = seconds, why
@@ -343,7 +344,7 @@ def main():
     for k, (op, shape, f_lm, f_torch) in enumerate(chosen):
         print(f"[{k + 1}/{len(chosen)}] {op} {shape}", file=sys.stderr, flush=True)
         if isinstance(f_torch, Estimate):
-            t_lm, t_torch = median_seconds(f_lm, repeats), f_torch.seconds
+            t_lm, t_torch = median_seconds(f_lm, repeats), f_torch.seconds()
             notes.append(f"{op} {shape}: torch not timed, ~{t_torch:.0f} s per call estimated ({f_torch.why})")
             rows.append((op, shape, t_lm * 1e3, t_torch * 1e3, t_torch / t_lm, "est."))
             continue
